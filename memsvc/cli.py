@@ -1,0 +1,154 @@
+"""The ``memsvc`` command: Flask's CLI group for the app, plus memsvc's commands."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from flask import Flask
+from flask import current_app
+from flask.cli import AppGroup
+from flask.cli import FlaskGroup
+from flask.cli import shell_command
+
+from . import ConfigError
+from . import clock
+from . import create_app
+from .runtime import runtime
+from .runtime import store
+from .services import keys as key_service
+from .services import memories
+from .store import SCHEMA_VERSION
+
+
+def _app() -> Flask:
+    # Maintenance commands must work on a database of another model (that
+    # is what `reembed` is for), so they skip that check.
+    try:
+        return create_app(check_embedder=False)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+cli = FlaskGroup(
+    create_app=_app,
+    add_default_commands=False,
+    help="memsvc: long-term memory for AI applications.",
+)
+cli.add_command(shell_command)
+
+
+@cli.command("init-db")
+def init_db() -> None:
+    """Create or upgrade the database (the app also does this when it starts)."""
+    rt = runtime()
+    model, dims = store().embedder()
+    click.echo(f"Database ready: {rt.db.path}")
+    click.echo(f"  schema version {SCHEMA_VERSION}, vectors from {model} ({dims} dimensions)")
+
+
+@cli.command("run", with_appcontext=False)
+@click.option("--bind", "-b", default=None, help="Address to listen on [127.0.0.1:8000].")
+@click.option("--workers", "-w", type=int, default=None, help="Worker processes [cores].")
+@click.option("--threads", type=int, default=None, help="Threads per worker [4].")
+def run(bind: str | None, workers: int | None, threads: int | None) -> None:
+    """Serve memsvc with gunicorn and its settings in memsvc/gunicorn_config.py."""
+    from . import gunicorn_config
+    from .serve import Server
+
+    address = bind or gunicorn_config.bind[0]
+    click.echo(
+        f"memsvc: serving on http://{address}\n"
+        f"  health:       curl http://{address}/health\n"
+        f"  get a key:    memsvc keys create <tenant> <key-name>\n",
+        err=True,
+    )
+    Server({"bind": [bind] if bind else None, "workers": workers, "threads": threads}).run()
+
+
+@cli.command("reembed")
+@click.option("--batch-size", type=int, default=64, show_default=True)
+def reembed(batch_size: int) -> None:
+    """Re-embed every memory with the configured embedder (stop the service first)."""
+    rt = runtime()
+    s = store()
+    before = s.embedder()
+    click.echo(
+        f"Re-embedding with {rt.embedder.model_id} ({rt.embedder.dimensions} dimensions); "
+        f"the database has vectors from {before[0]} ({before[1]} dimensions).",
+        err=True,
+    )
+    done = memories.reembed(
+        s,
+        rt.embedder,
+        batch_size=batch_size,
+        progress=lambda n: click.echo(f"  {n} memories embedded", err=True),
+    )
+    click.echo(f"Done: {done} memories now use {rt.embedder.model_id}.", err=True)
+
+
+keys = AppGroup("keys", help="Manage API keys (the keys router does this for tenants).")
+cli.add_command(keys)
+
+
+@keys.command("create")
+@click.argument("tenant")
+@click.argument("name")
+def keys_create(tenant: str, name: str) -> None:
+    """Create an API key for TENANT; prints its secret, once, on stdout."""
+    if not tenant.strip() or not name.strip():
+        raise click.BadParameter("TENANT and NAME must not be empty")
+    created = key_service.create(store(), tenant, name, current_app.config["API_KEY_WORD"])
+    click.echo(
+        f"Created API key {created.key.name!r} for tenant {tenant!r} "
+        f"(id {created.key.id}). Its secret is shown only now:",
+        err=True,
+    )
+    click.echo(created.secret)
+
+
+@keys.command("list")
+@click.option("--tenant", default=None, help="Only this tenant's keys.")
+def keys_list(tenant: str | None) -> None:
+    """List API keys (never their secrets)."""
+    rows = key_service.list_for(store(), tenant)
+    if not rows:
+        click.echo("No API keys.", err=True)
+        return
+    header = ("ID", "TENANT", "IDP KEY ID", "NAME", "CREATED", "LAST USED", "REVOKED")
+    table = [header] + [
+        (
+            k.id,
+            k.tenant,
+            k.key_id,
+            k.name,
+            clock.iso(k.created_at),
+            clock.iso(k.last_used_at) if k.last_used_at else "-",
+            clock.iso(k.revoked_at) if k.revoked_at else "-",
+        )
+        for k in rows
+    ]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+def keys_revoke(key_id: str) -> None:
+    """Revoke the key with record id KEY_ID; it stops working at once."""
+    from .errors import ApiError
+
+    try:
+        key = key_service.revoke(store(), None, key_id)
+    except ApiError as e:
+        raise click.ClickException(e.message) from None
+    click.echo(f"Revoked {key.name!r} of tenant {key.tenant!r} at {clock.iso(key.revoked_at)}.")
+
+
+def main() -> None:
+    cli.main(prog_name="memsvc")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

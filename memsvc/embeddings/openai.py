@@ -1,0 +1,189 @@
+"""Embeddings from any OpenAI-compatible ``POST {url}/embeddings`` endpoint.
+
+Works with OpenAI, Azure OpenAI's compatible endpoint, Ollama, vLLM, TEI,
+LiteLLM and the like. Failures that may pass (timeouts, refused
+connections, 429 and 5xx answers) are retried a bounded number of times
+with exponential backoff, within an overall deadline so that a slow
+provider cannot hold a worker indefinitely.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import random
+import threading
+import time
+import typing as t
+
+import numpy as np
+import requests
+
+from ..errors import BadRequest
+from . import InputTooLong
+from . import ProviderError
+from . import unit_rows
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_BACKOFF_BASE = 0.5  # seconds before the first retry, doubled after each
+_BACKOFF_MAX = 8.0
+# A provider asking us to come back later than this is treated as down:
+# waiting would hold the caller's request for longer than it is worth.
+_RETRY_AFTER_MAX = 10.0
+_LENGTH_WORDS = ("too long", "maximum context", "context length", "maximum input", "token")
+
+
+class _Retry(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class OpenAIEmbedder:
+    """An :class:`~memsvc.embeddings.Embedder` over the OpenAI embeddings API."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        api_key: str | None,
+        model: str,
+        dimensions: int,
+        send_dimensions: bool | None = None,
+        timeout: float = 10.0,
+        max_retries: int = 2,
+    ):
+        self.endpoint = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.model_id = f"openai:{model}"
+        self.dimensions = dimensions
+        # Only text-embedding-3 models are known to take a `dimensions`
+        # parameter; some compatible servers reject it for other models.
+        if send_dimensions is None:
+            send_dimensions = model.startswith("text-embedding-3")
+        self.send_dimensions = send_dimensions
+        self.timeout = timeout
+        self.max_retries = max_retries
+        # Total time one embed() may take, retries and waits included.
+        self.deadline = timeout * (max_retries + 1) + _BACKOFF_MAX
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._local = threading.local()
+        self.sleep: t.Callable[[float], None] = time.sleep
+
+    def _session(self) -> requests.Session:
+        # One keep-alive session per thread: connections are reused across
+        # requests, and no Session is shared between threads.
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
+
+    def warm_up(self) -> None:
+        pass  # nothing to load; connections open on first use
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        payload: dict[str, t.Any] = {"model": self.model, "input": list(texts)}
+        if self.send_dimensions:
+            payload["dimensions"] = self.dimensions
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                body = self._post(payload, started)
+            except _Retry as retry:
+                attempt += 1
+                wait = _backoff(attempt) if retry.retry_after is None else retry.retry_after
+                elapsed = time.monotonic() - started
+                if attempt > self.max_retries or elapsed + wait > self.deadline:
+                    log.warning(
+                        "embedding provider failed after %d attempt(s): %s", attempt, retry.reason
+                    )
+                    raise ProviderError(
+                        f"embedding provider failed: {retry.reason} "
+                        f"(after {attempt} attempt{'s' if attempt > 1 else ''})"
+                    ) from None
+                log.info("embedding provider: %s; retrying in %.1fs", retry.reason, wait)
+                self.sleep(wait)
+                continue
+            return self._vectors(body, len(texts))
+
+    def _post(self, payload: dict[str, t.Any], started: float) -> t.Any:
+        remaining = self.deadline - (time.monotonic() - started)
+        read_timeout = max(0.1, min(self.timeout, remaining))
+        try:
+            resp = self._session().post(
+                self.endpoint,
+                json=payload,
+                headers=self._headers,
+                timeout=(min(5.0, read_timeout), read_timeout),
+            )
+        except requests.Timeout:
+            raise _Retry(f"no answer within {read_timeout:g}s") from None
+        except requests.ConnectionError:
+            raise _Retry("could not connect") from None
+        except requests.RequestException as e:
+            raise ProviderError(f"embedding provider failed: {type(e).__name__}") from None
+        if resp.status_code in _RETRY_STATUSES or resp.status_code >= 500:
+            retry_after = _retry_after(resp.headers.get("Retry-After"))
+            if retry_after is not None and retry_after > _RETRY_AFTER_MAX:
+                raise ProviderError(
+                    f"embedding provider failed: HTTP {resp.status_code}, "
+                    f"busy for {retry_after:g}s more"
+                )
+            raise _Retry(f"HTTP {resp.status_code}", retry_after)
+        if resp.status_code == 400:
+            message = _error_message(resp)
+            if any(word in message.lower() for word in _LENGTH_WORDS):
+                raise InputTooLong(f"text is too long for the embedding model: {message}")
+            raise BadRequest(f"the embedding provider rejected the text: {message}")
+        if resp.status_code != 200:
+            log.warning("embedding provider answered HTTP %d", resp.status_code)
+            raise ProviderError(f"embedding provider failed: HTTP {resp.status_code}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise ProviderError("embedding provider failed: the answer is not JSON") from None
+
+    def _vectors(self, body: t.Any, count: int) -> np.ndarray:
+        try:
+            items = sorted(body["data"], key=lambda item: item["index"])
+            vectors = [item["embedding"] for item in items]
+        except (TypeError, KeyError):
+            raise ProviderError(
+                "embedding provider failed: the answer has no data[].embedding"
+            ) from None
+        return unit_rows(vectors, count, self.dimensions)
+
+
+def _backoff(attempt: int) -> float:
+    delay = min(_BACKOFF_MAX, _BACKOFF_BASE * 2 ** (attempt - 1))
+    return delay / 2 + random.uniform(0, delay / 2)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(resp: requests.Response) -> str:
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text
+    message = " ".join(str(message).split())
+    return message[:300] or "no reason given"

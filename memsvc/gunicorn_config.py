@@ -1,0 +1,46 @@
+"""gunicorn settings for memsvc.
+
+Used by ``gunicorn wsgi:app`` (through ``gunicorn.conf.py`` at the top of
+the repository) and by ``memsvc run``. Override with gunicorn's own flags
+or ``GUNICORN_CMD_ARGS``; ``WEB_CONCURRENCY`` sets the worker count.
+"""
+
+import multiprocessing
+import os
+
+bind = [os.environ.get("MEMSVC_BIND", "127.0.0.1:8000")]
+
+# One process per core runs the embedding model and SQLite in parallel.
+workers = int(os.environ.get("WEB_CONCURRENCY") or multiprocessing.cpu_count())
+
+# Threads, not more processes, for waiting: a call to a remote embedding
+# provider spends most of its time waiting on the network, and SQLite and
+# numpy release the GIL. Each thread keeps its own SQLite connection.
+worker_class = "gthread"
+threads = int(os.environ.get("MEMSVC_THREADS") or 4)
+
+# Above the embedding client's own deadline (timeout x attempts + backoff,
+# 38 s with the defaults), so a slow provider is reported as an error to
+# the caller instead of the worker being killed mid-request.
+timeout = 60
+graceful_timeout = 30
+keepalive = 5
+
+# Load the app once in the master: a bad setting stops start-up with one
+# line instead of every worker failing, and workers share the loaded code.
+# The app opens no database connection and loads no model weights before
+# the fork.
+preload_app = True
+
+# tRPC queries carry their input in the URL; allow the longest request line
+# gunicorn supports (the default, 4094 bytes, is easily hit by a search).
+limit_request_line = 8190
+
+accesslog = "-"
+errorlog = "-"
+
+
+def post_worker_init(worker):
+    # Load the embedding model now rather than on the first request.
+    runtime = worker.wsgi.extensions["memsvc"]
+    runtime.embedder.warm_up()

@@ -1,0 +1,1 @@
+"""One module per tRPC router; each holds a :class:`memsvc.trpc.Router`."""

@@ -1,0 +1,56 @@
+"""The ``memory`` router: a tenant's memories, per end user."""
+
+from __future__ import annotations
+
+import typing as t
+
+from .. import auth
+from .. import schemas
+from ..runtime import embedder
+from ..runtime import store
+from ..services import memories
+from ..trpc import Call
+from ..trpc import Router
+
+router = Router("memory", __name__, middleware=[auth.api_key])
+
+
+@router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.MemoryOutput())
+def add(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.add(
+        store(),
+        embedder(),
+        call.caller.tenant,
+        params["userId"],
+        params["content"],
+        params["metadata"],
+    )
+
+
+@router.query("search", input=schemas.SearchInput(), output=schemas.SearchResultOutput(many=True))
+def search(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.search(
+        store(),
+        embedder(),
+        call.caller.tenant,
+        params["userId"],
+        params["query"],
+        params["limit"],
+        params["threshold"],
+    )
+
+
+@router.query("getAll", input=schemas.GetAllInput(), output=schemas.MemoryOutput(many=True))
+def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.get_all(store(), call.caller.tenant, params["userId"], params["limit"])
+
+
+@router.query("getById", input=schemas.IdInput(), output=schemas.MemoryOutput())
+def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.get(store(), call.caller.tenant, params["id"])
+
+
+@router.mutation("delete", input=schemas.IdInput())
+def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
+    memories.delete(store(), call.caller.tenant, params["id"])
+    return {"success": True}

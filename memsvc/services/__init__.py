@@ -1,0 +1,1 @@
+"""memsvc's rules: plain values in, plain values out, no Flask."""

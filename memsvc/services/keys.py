@@ -1,0 +1,70 @@
+"""API keys: issue, verify, list and revoke a tenant's keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+
+from .. import clock
+from ..errors import NotFound
+from ..errors import Unauthorized
+from ..models import ApiKey
+from ..models import CreatedKey
+from ..store import Store
+
+
+def hash_secret(secret: str) -> bytes:
+    """The stored form of a secret.
+
+    A secret carries 256 random bits, so a fast hash is enough: there is
+    nothing to brute-force. Lookups go by hash, so no comparison of the
+    secret itself can leak timing.
+    """
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def create(store: Store, tenant: str, name: str, word: str) -> CreatedKey:
+    """A new active key; its secret is in the result and nowhere else."""
+    secret = f"sk_{word}_{secrets.token_hex(32)}"
+    key = ApiKey(
+        id=str(uuid.uuid4()),
+        tenant=tenant,
+        key_id=f"key_{secrets.token_hex(8)}",
+        name=name,
+        created_at=clock.now_ms(),
+        last_used_at=None,
+        revoked_at=None,
+    )
+    with store.write():
+        store.insert_key(key, hash_secret(secret))
+    return CreatedKey(key, secret)
+
+
+def verify(store: Store, secret: str) -> ApiKey:
+    """The active key with this secret, or :class:`Unauthorized`."""
+    key = store.key_by_hash(hash_secret(secret))
+    if key is None:
+        raise Unauthorized("Invalid API key")
+    if not key.active:
+        raise Unauthorized("API key has been revoked")
+    return key
+
+
+def list_for(store: Store, tenant: str | None) -> list[ApiKey]:
+    return store.list_keys(tenant)
+
+
+def revoke(store: Store, tenant: str | None, key_id: str) -> ApiKey:
+    """Revoke a key; revoking a revoked key changes nothing.
+
+    With ``tenant`` None (the operator's CLI) any key may be revoked.
+    """
+    with store.write():
+        key = store.get_key(key_id)
+        if key is None:
+            raise NotFound("API key not found")
+        if tenant is not None and key.tenant != tenant:
+            raise Unauthorized("API key belongs to another user")
+        store.revoke_key(key_id, clock.now_ms())
+        return store.get_key(key_id)

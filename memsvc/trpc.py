@@ -1,0 +1,321 @@
+"""The tRPC wire protocol: procedure registry, single and batch calls, envelopes.
+
+``GET /trpc/<router>.<op>?input=<json>`` runs a query and
+``POST /trpc/<router>.<op>`` with a JSON body runs a mutation. With
+``?batch=1`` the path holds several comma-separated procedures and the
+input is an object keyed ``"0"``, ``"1"``, ...; the answer is then an array
+with one envelope per call, in order. Each call is authenticated,
+validated and answered on its own, as tRPC does (``design/wire.md``).
+
+A call goes: find the procedure (404) → check the HTTP method (405) → its
+middleware (authentication, limits) → read and validate its input (400) →
+the handler → ``{"result": {"data": ...}}``. Any :class:`~memsvc.errors.ApiError`
+on the way becomes ``{"error": {"message", "code", "data": {"code",
+"httpStatus", "path"}}}``; anything else is logged and answered as a bare
+500, never with a trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import typing as t
+from urllib.parse import parse_qsl
+
+from flask import Blueprint
+from flask import Flask
+from flask import Response
+from flask import current_app
+from flask import request
+from marshmallow import Schema
+from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from .errors import HTTP_STATUS
+from .errors import ApiError
+from .errors import BadRequest
+from .errors import InternalError
+from .errors import MethodNotSupported
+from .errors import NotFound
+from .errors import PayloadTooLarge
+from .errors import UnsupportedMediaType
+from .schemas import error_text
+
+log = logging.getLogger(__name__)
+
+QUERY = "query"
+MUTATION = "mutation"
+_METHOD = {QUERY: "GET", MUTATION: "POST"}
+
+#: A middleware wraps one call: it may refuse it by raising an ApiError,
+#: and may hold something (a concurrency slot) until the call is answered.
+Middleware = t.Callable[["Call"], t.ContextManager[None]]
+
+
+class _Undefined:
+    """A call with no input at all (JavaScript's ``undefined``)."""
+
+    def __repr__(self) -> str:
+        return "undefined"
+
+
+UNDEFINED = _Undefined()
+
+
+@dataclasses.dataclass(frozen=True)
+class Procedure:
+    path: str
+    type: str
+    handler: t.Callable[..., t.Any]
+    input: Schema | None
+    output: Schema | None
+    middleware: tuple[Middleware, ...]
+
+
+@dataclasses.dataclass
+class Call:
+    """One procedure call of a request; a batch holds several."""
+
+    path: str
+    index: int
+    procedure: Procedure | None
+    inputs: _Inputs
+    #: Set by the authenticating middleware.
+    caller: t.Any = None
+
+    def raw_input(self) -> t.Any:
+        return self.inputs.get(self.index)
+
+
+class Router(Blueprint):
+    """A tRPC router: a blueprint whose procedures ``/trpc`` serves.
+
+    ``Router("memory", __name__)`` with ``@router.query("search", ...)``
+    serves ``memory.search``. Registering the blueprint on an app adds its
+    procedures to the app's registry.
+    """
+
+    def __init__(self, name: str, import_name: str, *, middleware: t.Sequence[Middleware] = ()):
+        super().__init__(name, import_name)
+        self.middleware = tuple(middleware)
+        self.procedures: dict[str, Procedure] = {}
+
+    def query(self, name: str, **options: t.Any) -> t.Callable[[t.Callable], t.Callable]:
+        return self._procedure(name, QUERY, **options)
+
+    def mutation(self, name: str, **options: t.Any) -> t.Callable[[t.Callable], t.Callable]:
+        return self._procedure(name, MUTATION, **options)
+
+    def _procedure(
+        self, name: str, type_: str, *, input: Schema | None = None, output: Schema | None = None
+    ) -> t.Callable[[t.Callable], t.Callable]:
+        def decorator(handler: t.Callable) -> t.Callable:
+            path = f"{self.name}.{name}"
+            self.procedures[path] = Procedure(path, type_, handler, input, output, self.middleware)
+            return handler
+
+        return decorator
+
+    def register(self, app: Flask, options: dict) -> None:
+        super().register(app, options)
+        app.extensions.setdefault("trpc", {}).update(self.procedures)
+
+
+bp = Blueprint("trpc", __name__)
+
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@bp.route("/trpc", defaults={"path": ""}, methods=_METHODS, strict_slashes=False)
+@bp.route("/trpc/<path:path>", methods=_METHODS)
+def endpoint(path: str) -> Response:
+    if request.method == "HEAD":
+        return Response(status=204)
+    is_batch = request.args.get("batch") == "1"
+    try:
+        calls = _calls(path, is_batch)
+    except ApiError as e:
+        # A request that is wrong as a whole has one answer, with no path.
+        return json_response(error_body(e, None), e.status, e.headers)
+    results = [_run(call) for call in calls]
+    if not is_batch:
+        return json_response(*results[0])
+    statuses = {status for _, status, _ in results}
+    headers: dict[str, str] = {}
+    for _, _, extra in results:
+        headers.update(extra)
+    return json_response(
+        [body for body, _, _ in results],
+        statuses.pop() if len(statuses) == 1 else 207,
+        headers,
+    )
+
+
+def _calls(path: str, is_batch: bool) -> list[Call]:
+    if request.method != "GET":
+        content_type = request.headers.get("Content-Type")
+        if content_type is None:
+            raise UnsupportedMediaType("Missing content-type header")
+        if not content_type.lower().startswith("application/json"):
+            raise UnsupportedMediaType(f'Unsupported content-type "{content_type}"')
+    registry: dict[str, Procedure] = current_app.extensions["trpc"]
+    paths = path.split(",") if is_batch else [path]
+    if is_batch and len(paths) > current_app.config["MAX_BATCH_SIZE"]:
+        raise BadRequest(
+            f"Batch call exceeds maximum size ({current_app.config['MAX_BATCH_SIZE']} calls)"
+        )
+    procedures = [registry.get(p) for p in paths]
+    types = list(dict.fromkeys(p.type for p in procedures if p is not None))
+    if len(types) > 1:
+        raise BadRequest(f"Cannot mix procedure types in call: {', '.join(types)}")
+    inputs = _Inputs(is_batch)
+    return [
+        Call(p, i, proc, inputs) for i, (p, proc) in enumerate(zip(paths, procedures, strict=True))
+    ]
+
+
+def _run(call: Call) -> tuple[t.Any, int, dict[str, str]]:
+    try:
+        return {"result": {"data": _execute(call)}}, 200, {}
+    except ApiError as e:
+        return error_body(e, call.path), e.status, e.headers
+    except Exception:
+        log.exception("%s failed", call.path)
+        e = InternalError("Internal server error")
+        return error_body(e, call.path), e.status, {}
+
+
+def _execute(call: Call) -> t.Any:
+    proc = call.procedure
+    if proc is None:
+        raise NotFound(f'No procedure found on path "{call.path}"')
+    if request.method != _METHOD[proc.type]:
+        raise MethodNotSupported(
+            f'Unsupported {request.method}-request to {proc.type} procedure at path "{call.path}"',
+            headers={"Allow": _METHOD[proc.type]},
+        )
+    with contextlib.ExitStack() as stack:
+        for middleware in proc.middleware:
+            stack.enter_context(middleware(call))
+        params: dict[str, t.Any] = {}
+        if proc.input is not None:
+            raw = call.raw_input()
+            if not isinstance(raw, dict):
+                raise BadRequest(f"Invalid input: expected object, received {_js_type(raw)}")
+            try:
+                params = proc.input.load(raw)
+            except ValidationError as e:
+                raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
+        result = proc.handler(call, params)
+        return proc.output.dump(result) if proc.output is not None else result
+
+
+class _Inputs:
+    """The inputs of a request's calls, parsed once, on first use.
+
+    Parsing waits until a call needs its input, after authentication, so a
+    caller without a valid key learns that first (as with tRPC).
+    """
+
+    def __init__(self, is_batch: bool):
+        self.is_batch = is_batch
+        self._parsed: t.Any = None
+        self._error: ApiError | None = None
+        self._done = False
+
+    def get(self, index: int) -> t.Any:
+        if not self._done:
+            try:
+                self._parsed = self._parse()
+            except ApiError as e:
+                self._error = e
+            self._done = True
+        if self._error is not None:
+            raise self._error
+        if not self.is_batch:
+            return self._parsed
+        if not isinstance(self._parsed, dict):
+            raise BadRequest('"input" needs to be an object when doing a batch call')
+        return self._parsed.get(str(index), UNDEFINED)
+
+    def _parse(self) -> t.Any:
+        if request.method == "GET":
+            raw = _query_input()
+            if not raw:
+                return UNDEFINED
+            return parse_json(raw)
+        try:
+            body = request.get_data(cache=True)
+        except RequestEntityTooLarge:
+            raise PayloadTooLarge(
+                f"Request body is larger than {current_app.config['MAX_CONTENT_LENGTH']} bytes"
+            ) from None
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("Request body is not valid UTF-8") from None
+        return parse_json(text.removeprefix("\ufeff"))
+
+
+def _query_input() -> str | None:
+    # Werkzeug would quietly replace invalid UTF-8 with U+FFFD; parse the
+    # raw query string so that garbage is refused, not stored.
+    for key, value in parse_qsl(request.query_string, keep_blank_values=True):
+        if key == b"input":
+            try:
+                return value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest("input is not valid UTF-8") from None
+    return None
+
+
+def _reject_constant(name: str) -> t.NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(text: str) -> t.Any:
+    """Parse strict JSON (no NaN or Infinity), as a 400 on failure."""
+    if not text.strip():
+        raise BadRequest("Unexpected end of JSON input")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"Malformed JSON: {e.msg} at position {e.pos}") from None
+    except ValueError as e:  # NaN, Infinity, or an integer with too many digits
+        raise BadRequest(f"Malformed JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("Malformed JSON: nested too deeply") from None
+
+
+def _js_type(value: t.Any) -> str:
+    if value is UNDEFINED:
+        return "undefined"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
+    data: dict[str, t.Any] = {"code": error.code, "httpStatus": HTTP_STATUS[error.code]}
+    if path is not None:
+        data["path"] = path
+    return {"error": {"message": error.message, "code": error.code, "data": data}}
+
+
+def json_response(
+    body: t.Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """A compact JSON response, keys in the order given, UTF-8 as is."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return Response(text, status=status, headers=headers, mimetype="application/json")
