@@ -25,7 +25,10 @@ _CODE_FOR_STATUS = {status: code for code, status in HTTP_STATUS.items()}
 
 
 def create_app(
-    test_config: t.Mapping[str, t.Any] | None = None, *, check_embedder: bool = True
+    test_config: t.Mapping[str, t.Any] | None = None,
+    *,
+    check_embedder: bool = True,
+    instance_path: str | None = None,
 ) -> Flask:
     """Build the app: settings, database (created or migrated), routes.
 
@@ -33,9 +36,11 @@ def create_app(
     :param check_embedder: refuse a database whose vectors come from another
         model than the configured one. Only ``memsvc reembed`` and other
         maintenance commands turn this off.
+    :param instance_path: the folder holding ``config.py`` and, by default,
+        the database; Flask's default is ``instance/`` beside the package.
     :raises ConfigError: a setting is invalid, or the database cannot be used.
     """
-    app = Flask(__name__, instance_relative_config=True)
+    app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
     app.config.from_mapping(config.DEFAULTS)
     app.config.from_pyfile("config.py", silent=True)
     app.config.from_prefixed_env("MEMSVC")
@@ -44,7 +49,10 @@ def create_app(
     if app.config["DATABASE"] is None:
         app.config["DATABASE"] = os.path.join(app.instance_path, "memsvc.sqlite3")
     config.validate(app.config)
-    os.makedirs(os.path.dirname(os.path.abspath(app.config["DATABASE"])), exist_ok=True)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(app.config["DATABASE"])), exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"MEMSVC_DATABASE {app.config['DATABASE']!r} cannot be used: {e}") from None
 
     from .runtime import Runtime
     from .runtime import release_store

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import logging
 import typing as t
-from urllib.parse import parse_qsl
+from urllib.parse import unquote_to_bytes
 
 from flask import Blueprint
 from flask import Flask
@@ -263,10 +263,11 @@ class _Inputs:
 def _query_input() -> str | None:
     # Werkzeug would quietly replace invalid UTF-8 with U+FFFD; parse the
     # raw query string so that garbage is refused, not stored.
-    for key, value in parse_qsl(request.query_string, keep_blank_values=True):
-        if key == b"input":
+    for pair in request.query_string.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if unquote_to_bytes(key.replace(b"+", b" ")) == b"input":
             try:
-                return value.decode("utf-8")
+                return unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
             except UnicodeDecodeError:
                 raise BadRequest("input is not valid UTF-8") from None
     return None

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from memsvc import create_app
+from memsvc.db import connect
+from memsvc.runtime import store as request_store
+from memsvc.services import keys
+from memsvc.store import Store
+from tests.helpers import HashEmbedder
+
+
+@pytest.fixture(autouse=True)
+def _no_memsvc_environment(monkeypatch):
+    """Settings in the developer's environment must not leak into tests."""
+    for name in list(os.environ):
+        if name.startswith("MEMSVC_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture(scope="session")
+def local_embedder():
+    """The bundled model, loaded once for the whole run."""
+    from memsvc.embeddings.local import LocalEmbedder
+
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return str(tmp_path / "memsvc.sqlite3")
+
+
+@pytest.fixture
+def make_app(tmp_path, db_path, local_embedder):
+    apps = []
+
+    def make(**settings):
+        app = create_app(
+            {"TESTING": True, "DATABASE": db_path, **settings},
+            instance_path=str(tmp_path / "instance"),
+        )
+        if settings.get("EMBEDDER", "local") == "local":
+            app.extensions["memsvc"].embedder = local_embedder
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.extensions["memsvc"].db.close()
+
+
+@pytest.fixture
+def app(make_app):
+    return make_app()
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture
+def runner(app):
+    return app.test_cli_runner()
+
+
+@pytest.fixture
+def new_key(app):
+    """Create an API key in the app's database; returns its secret."""
+
+    def make(tenant: str = "tenant-A", name: str = "test") -> str:
+        with app.app_context():
+            return keys.create(request_store(), tenant, name, "memsvc").secret
+
+    return make
+
+
+@pytest.fixture
+def key(new_key):
+    return new_key()
+
+
+@pytest.fixture
+def auth(key):
+    return {"x-api-key": key}
+
+
+@pytest.fixture
+def hash_embedder():
+    return HashEmbedder(16)
+
+
+@pytest.fixture
+def store(db_path, hash_embedder):
+    """A Store on a fresh database file made for the 16-d hash embedder."""
+    conn = connect(db_path)
+    s = Store(conn)
+    s.migrate(hash_embedder.model_id, hash_embedder.dimensions)
+    yield s
+    conn.close()

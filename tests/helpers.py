@@ -1,0 +1,92 @@
+"""Shared test helpers: the one error-shape assertion, test embedders, ids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing as t
+import uuid
+
+import numpy as np
+
+from memsvc.embeddings import unit_rows
+
+
+def assert_error(resp: t.Any, status: int, code: str, path: str | None) -> dict:
+    """Assert the spec's error envelope, exactly, and return its ``error``."""
+    body = resp.get_json() if hasattr(resp, "get_json") else resp.json()
+    assert resp.status_code == status, (resp.status_code, body)
+    assert resp.headers["Content-Type"] == "application/json"
+    assert_error_item(body, status, code, path)
+    return body["error"]
+
+
+def assert_error_item(body: dict, status: int, code: str, path: str | None) -> None:
+    """One error envelope (alone, or an item of a batch answer)."""
+    assert list(body) == ["error"], body
+    error = body["error"]
+    assert list(error) == ["message", "code", "data"], error
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["code"] == code
+    expected = {"code": code, "httpStatus": status}
+    if path is not None:
+        expected["path"] = path
+    assert error["data"] == expected
+    assert "stack" not in json.dumps(body)
+
+
+def query(client: t.Any, path: str, input: t.Any = None, **kwargs: t.Any) -> t.Any:
+    """GET a tRPC query the way @trpc/client's httpLink does."""
+    params = {} if input is None else {"input": json.dumps(input)}
+    return client.get(f"/trpc/{path}", query_string=params, **kwargs)
+
+
+def mutate(client: t.Any, path: str, input: t.Any, **kwargs: t.Any) -> t.Any:
+    return client.post(f"/trpc/{path}", json=input, **kwargs)
+
+
+def data(resp: t.Any) -> t.Any:
+    """The result of a successful single call."""
+    body = resp.get_json()
+    assert resp.status_code == 200, body
+    assert list(body) == ["result"] and list(body["result"]) == ["data"], body
+    return body["result"]["data"]
+
+
+def random_user() -> str:
+    return f"user-{uuid.uuid4().hex[:8]}"
+
+
+class TableEmbedder:
+    """Embeds by table lookup, so a test decides every similarity exactly."""
+
+    def __init__(self, vectors: dict[str, t.Sequence[float]], dimensions: int):
+        self.dimensions = dimensions
+        self.model_id = f"test:table-{dimensions}"
+        self.vectors = vectors
+        self.calls: list[list[str]] = []
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        return unit_rows([self.vectors[text] for text in texts], len(texts), self.dimensions)
+
+    def warm_up(self) -> None:
+        pass
+
+
+class HashEmbedder:
+    """Embeds any text to a pseudo-random vector seeded by the text."""
+
+    def __init__(self, dimensions: int = 16, model_id: str | None = None):
+        self.dimensions = dimensions
+        self.model_id = model_id or f"test:hash-{dimensions}"
+
+    def vector(self, text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(self.dimensions)
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        return unit_rows([self.vector(text) for text in texts], len(texts), self.dimensions)
+
+    def warm_up(self) -> None:
+        pass

@@ -1,0 +1,88 @@
+import pytest
+
+from memsvc import create_app
+from memsvc.errors import ConfigError
+
+
+def make(tmp_path, **settings):
+    return create_app(
+        {"DATABASE": str(tmp_path / "db.sqlite3"), **settings},
+        instance_path=str(tmp_path / "instance"),
+    )
+
+
+@pytest.mark.parametrize(
+    "setting, value, message",
+    [
+        ("EMBEDDER", "magic", "MEMSVC_EMBEDDER must be one of local, openai, got 'magic'"),
+        ("EMBEDDING_DIMENSIONS", "abc", "MEMSVC_EMBEDDING_DIMENSIONS must be a positive whole"),
+        ("EMBEDDING_DIMENSIONS", 0, "MEMSVC_EMBEDDING_DIMENSIONS must be a positive whole"),
+        ("EMBEDDING_URL", "ftp://x", "MEMSVC_EMBEDDING_URL must be an http(s) URL"),
+        ("EMBEDDING_TIMEOUT", -1, "MEMSVC_EMBEDDING_TIMEOUT must be a positive number"),
+        ("SQLITE_SYNCHRONOUS", "OFF", "MEMSVC_SQLITE_SYNCHRONOUS must be one of"),
+        ("API_KEY_WORD", "a_b", "MEMSVC_API_KEY_WORD must be letters and digits"),
+        ("MAX_BATCH_SIZE", True, "MEMSVC_MAX_BATCH_SIZE must be a positive whole"),
+    ],
+)
+def test_a_bad_setting_fails_start_up_naming_it(tmp_path, setting, value, message):
+    with pytest.raises(ConfigError) as e:
+        make(tmp_path, **{setting: value})
+    assert str(e.value).startswith(message)
+    assert "\n" not in str(e.value)
+
+
+def test_settings_come_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMSVC_EMBEDDING_DIMENSIONS", "abc")
+    with pytest.raises(ConfigError, match="MEMSVC_EMBEDDING_DIMENSIONS"):
+        make(tmp_path)
+    monkeypatch.setenv("MEMSVC_EMBEDDING_DIMENSIONS", "768")
+    monkeypatch.setenv("MEMSVC_MAX_BATCH_SIZE", "7")
+    app = make(tmp_path)
+    assert app.config["EMBEDDING_DIMENSIONS"] == 768
+    assert app.config["MAX_BATCH_SIZE"] == 7
+
+
+def test_settings_come_from_the_instance_config_file(tmp_path):
+    instance = tmp_path / "instance"
+    instance.mkdir()
+    (instance / "config.py").write_text("MAX_BATCH_SIZE = 9\n")
+    assert make(tmp_path).config["MAX_BATCH_SIZE"] == 9
+
+
+def test_the_database_defaults_to_the_instance_folder(tmp_path):
+    app = create_app(instance_path=str(tmp_path / "inst"))
+    assert app.config["DATABASE"] == str(tmp_path / "inst" / "memsvc.sqlite3")
+    assert (tmp_path / "inst" / "memsvc.sqlite3").exists()
+
+
+def test_openai_needs_a_key_for_the_openai_api_but_not_for_local_servers(tmp_path):
+    with pytest.raises(ConfigError, match="MEMSVC_EMBEDDING_API_KEY must be set"):
+        make(tmp_path, EMBEDDER="openai")
+    make(tmp_path / "b", EMBEDDER="openai", EMBEDDING_URL="http://127.0.0.1:11434/v1")
+
+
+def test_a_secret_setting_is_never_echoed(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        make(tmp_path, EMBEDDER="openai", EMBEDDING_API_KEY="sk-abc", EMBEDDING_URL="nope")
+    assert "sk-abc" not in str(e.value)
+
+
+def test_a_database_of_another_model_is_refused_with_directions(tmp_path):
+    make(tmp_path)  # records the local model
+    with pytest.raises(ConfigError) as e:
+        make(
+            tmp_path,
+            EMBEDDER="openai",
+            EMBEDDING_API_KEY="sk-test",
+            EMBEDDING_MODEL="text-embedding-3-small",
+        )
+    message = str(e.value)
+    assert "local:all-MiniLM-L6-v2 (384 dimensions)" in message
+    assert "openai:text-embedding-3-small (1536 dimensions)" in message
+    assert "memsvc reembed" in message
+
+
+def test_an_unusable_database_path_fails_start_up(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(ConfigError, match="MEMSVC_DATABASE .* cannot be used"):
+        make(tmp_path, DATABASE=str(tmp_path / "file" / "db.sqlite3"))

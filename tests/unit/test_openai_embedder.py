@@ -1,0 +1,184 @@
+import json
+
+import numpy as np
+import pytest
+import requests
+import responses
+
+from memsvc.embeddings import InputTooLong
+from memsvc.embeddings import ProviderError
+from memsvc.embeddings.openai import OpenAIEmbedder
+from memsvc.errors import BadRequest
+
+URL = "https://embeddings.test/v1"
+ENDPOINT = URL + "/embeddings"
+API_KEY = "sk-provider-secret-123"
+
+
+@pytest.fixture
+def embedder():
+    e = OpenAIEmbedder(
+        url=URL, api_key=API_KEY, model="text-embedding-3-small", dimensions=4, timeout=2
+    )
+    e.waits = []
+    e.sleep = e.waits.append
+    return e
+
+
+def ok(vectors, shuffle=False):
+    items = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+    if shuffle:
+        items.reverse()
+    return {"object": "list", "data": items, "model": "text-embedding-3-small"}
+
+
+@responses.activate
+def test_posts_model_input_dimensions_and_bearer_key(embedder):
+    responses.post(ENDPOINT, json=ok([[3, 4, 0, 0]]))
+    [v] = embedder.embed(["hello"])
+    call = responses.calls[0]
+    assert json.loads(call.request.body) == {
+        "model": "text-embedding-3-small",
+        "input": ["hello"],
+        "dimensions": 4,
+    }
+    assert call.request.headers["Authorization"] == f"Bearer {API_KEY}"
+    assert np.allclose(v, [0.6, 0.8, 0, 0])  # scaled to unit length
+
+
+@responses.activate
+def test_rows_come_back_in_input_order(embedder):
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0], [0, 1, 0, 0]], shuffle=True))
+    a, b = embedder.embed(["a", "b"])
+    assert np.allclose(a, [1, 0, 0, 0]) and np.allclose(b, [0, 1, 0, 0])
+
+
+@responses.activate
+def test_models_without_dimensions_support_are_not_sent_it():
+    e = OpenAIEmbedder(url=URL, api_key=None, model="nomic-embed-text", dimensions=4)
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    e.embed(["x"])
+    sent = responses.calls[0].request
+    assert "dimensions" not in json.loads(sent.body)
+    assert "Authorization" not in sent.headers
+
+
+@responses.activate
+def test_connections_are_reused(embedder):
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    session = embedder._session()
+    embedder.embed(["x"])
+    embedder.embed(["y"])
+    assert embedder._session() is session
+
+
+@responses.activate
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 429])
+def test_retries_transient_failures_then_succeeds(embedder, status):
+    responses.post(ENDPOINT, status=status, json={"error": {"message": "busy"}})
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    embedder.embed(["x"])
+    assert len(responses.calls) == 2
+    assert len(embedder.waits) == 1 and 0 < embedder.waits[0] <= 0.5
+
+
+@responses.activate
+def test_gives_up_after_the_retry_budget(embedder):
+    responses.post(ENDPOINT, status=503)
+    with pytest.raises(ProviderError, match="HTTP 503 .after 3 attempts") as e:
+        embedder.embed(["x"])
+    assert e.value.code == "INTERNAL_SERVER_ERROR"
+    assert len(responses.calls) == 3
+    assert len(embedder.waits) == 2
+    assert embedder.waits[1] > 0.25  # exponential: the second wait is longer on average
+
+
+@responses.activate
+def test_honours_retry_after(embedder):
+    responses.post(ENDPOINT, status=429, headers={"Retry-After": "2"})
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    embedder.embed(["x"])
+    assert embedder.waits == [2.0]
+
+
+@responses.activate
+def test_a_long_retry_after_fails_at_once(embedder):
+    responses.post(ENDPOINT, status=429, headers={"Retry-After": "120"})
+    with pytest.raises(ProviderError, match="busy for 120s"):
+        embedder.embed(["x"])
+    assert len(responses.calls) == 1
+    assert embedder.waits == []
+
+
+@responses.activate
+def test_timeouts_are_retried_then_reported(embedder):
+    responses.post(ENDPOINT, body=requests.exceptions.ReadTimeout("slow"))
+    with pytest.raises(ProviderError, match="no answer within 2s"):
+        embedder.embed(["x"])
+    assert len(responses.calls) == 3
+
+
+@responses.activate
+def test_connection_errors_are_retried(embedder):
+    responses.post(ENDPOINT, body=requests.exceptions.ConnectionError("refused"))
+    responses.post(ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    embedder.embed(["x"])
+    assert len(responses.calls) == 2
+
+
+@responses.activate
+def test_over_long_input_is_a_bad_request(embedder):
+    message = (
+        "This model's maximum context length is 8192 tokens, however you requested "
+        "9000 tokens. Please reduce your prompt."
+    )
+    responses.post(ENDPOINT, status=400, json={"error": {"message": message}})
+    with pytest.raises(InputTooLong, match="too long for the embedding model") as e:
+        embedder.embed(["x" * 40000])
+    assert e.value.code == "BAD_REQUEST"
+    assert len(responses.calls) == 1
+
+
+@responses.activate
+def test_other_rejections_are_bad_requests_too(embedder):
+    responses.post(ENDPOINT, status=400, json={"error": {"message": "input must not be empty"}})
+    with pytest.raises(BadRequest, match="rejected the text: input must not be empty"):
+        embedder.embed([""])
+
+
+@responses.activate
+@pytest.mark.parametrize("status", [401, 403, 404])
+def test_configuration_failures_are_not_retried(embedder, status):
+    responses.post(ENDPOINT, status=status, json={"error": {"message": "bad key sk-..."}})
+    with pytest.raises(ProviderError, match=f"HTTP {status}"):
+        embedder.embed(["x"])
+    assert len(responses.calls) == 1
+
+
+@responses.activate
+@pytest.mark.parametrize(
+    "body, match",
+    [
+        ("not json", "not JSON"),
+        (json.dumps({"data": []}), "expected 1 vector"),
+        (json.dumps({"nope": 1}), "no data"),
+        (json.dumps(ok([[1, 0, 0]])), "of 4 dimensions"),
+        (json.dumps(ok([[1, 0, 0, "x"]])), "not lists of numbers"),
+        ('{"data":[{"index":0,"embedding":[NaN,0,0,1]}]}', "NaN or infinite"),
+        ('{"data":[{"index":0,"embedding":[Infinity,0,0,1]}]}', "NaN or infinite"),
+        (json.dumps(ok([[0, 0, 0, 0]])), "all-zero"),
+    ],
+)
+def test_malformed_answers_are_provider_errors(embedder, body, match):
+    responses.post(ENDPOINT, body=body, content_type="application/json")
+    with pytest.raises(ProviderError, match=match):
+        embedder.embed(["x"])
+
+
+@responses.activate
+def test_the_provider_key_never_appears_in_errors(embedder, caplog):
+    responses.post(ENDPOINT, status=500, body=f"echo {API_KEY}")
+    with pytest.raises(ProviderError) as e:
+        embedder.embed(["x"])
+    assert API_KEY not in str(e.value)
+    assert API_KEY not in caplog.text

@@ -1,0 +1,233 @@
+import os
+import uuid
+
+import numpy as np
+import pytest
+
+from memsvc.db import connect
+from memsvc.models import ApiKey
+from memsvc.models import Memory
+from memsvc.store import SCHEMA_VERSION
+from memsvc.store import Store
+from memsvc.store import StoreMismatch
+
+
+def memory(tenant="t1", user="u1", content="text", created_at=1000, metadata=None):
+    return Memory(
+        id=str(uuid.uuid4()),
+        tenant=tenant,
+        user_id=user,
+        content=content,
+        metadata=metadata or {},
+        created_at=created_at,
+        updated_at=created_at,
+    )
+
+
+def unit(v):
+    v = np.asarray(v, dtype=np.float64)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def rand(dim=16, seed=0):
+    return unit(np.random.default_rng(seed).standard_normal(dim))
+
+
+def add(store, m, vector):
+    with store.write():
+        store.insert_memory(m, vector)
+    return m
+
+
+def count(store, table):
+    return store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_migrate_creates_schema_in_wal_mode_and_records_the_embedder(store):
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.embedder() == ("test:hash-16", 16)
+    version = store.conn.execute(
+        "SELECT value FROM memsvc_meta WHERE key = 'schema_version'"
+    ).fetchone()[0]
+    assert int(version) == SCHEMA_VERSION
+
+
+def test_migrate_twice_changes_nothing(store):
+    add(store, memory(), rand())
+    store.migrate("test:hash-16", 16)
+    assert count(store, "memories") == 1
+    assert count(store, "memory_vectors") == 1
+
+
+def test_an_existing_database_keeps_its_embedder_and_refuses_another(store):
+    store.migrate("other:model", 32)
+    assert store.embedder() == ("test:hash-16", 16)
+    with pytest.raises(StoreMismatch, match="memsvc reembed") as e:
+        store.check_embedder("other:model", 32)
+    assert "test:hash-16 (16 dimensions)" in str(e.value)
+    store.check_embedder("test:hash-16", 16)
+
+
+def test_a_newer_schema_is_refused(store):
+    with store.write():
+        store.conn.execute("UPDATE memsvc_meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(StoreMismatch, match="newer"):
+        store.migrate("test:hash-16", 16)
+
+
+def test_vector_chunks_are_looked_up_by_index_not_scan(store):
+    plan = store.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT chunk_id, validity, rowids FROM memory_vectors_chunks "
+        "WHERE partition00 = ? AND partition01 = ?",
+        ("t", "u"),
+    ).fetchall()
+    assert "memory_vectors_chunks_by_partition" in str(plan)
+
+
+def test_insert_and_get_round_trip(store):
+    m = add(store, memory(metadata={"tags": ["a", "ü"], "n": 1.5, "deep": {"x": None}}), rand())
+    assert store.get_memory("t1", m.id) == m
+
+
+def test_get_is_scoped_to_the_tenant(store):
+    m = add(store, memory(tenant="t1"), rand())
+    assert store.get_memory("t2", m.id) is None
+
+
+def test_insert_is_all_or_nothing(store):
+    m = memory()
+    wrong_dimensions = np.ones(3, dtype=np.float32)
+    with pytest.raises(Exception):
+        add(store, m, wrong_dimensions)
+    assert count(store, "memories") == 0
+    assert count(store, "memory_vectors") == 0
+    assert store.get_memory("t1", m.id) is None
+
+
+def test_list_is_newest_first_and_ties_go_to_the_later_insert(store):
+    first = add(store, memory(created_at=5), rand(seed=1))
+    second = add(store, memory(created_at=5), rand(seed=2))
+    older = add(store, memory(created_at=1), rand(seed=3))
+    newest = add(store, memory(created_at=9), rand(seed=4))
+    ids = [m.id for m in store.list_memories("t1", "u1", 10)]
+    assert ids == [newest.id, second.id, first.id, older.id]
+    assert [m.id for m in store.list_memories("t1", "u1", 2)] == [newest.id, second.id]
+
+
+def test_list_is_scoped_to_tenant_and_user(store):
+    add(store, memory(tenant="t1", user="u1"), rand(seed=1))
+    add(store, memory(tenant="t1", user="u2"), rand(seed=2))
+    add(store, memory(tenant="t2", user="u1"), rand(seed=3))
+    assert len(store.list_memories("t1", "u1", 10)) == 1
+    assert len(store.list_memories("t1", "u2", 10)) == 1
+    assert len(store.list_memories("t2", "u1", 10)) == 1
+    assert store.list_memories("t2", "u2", 10) == []
+
+
+def test_delete_removes_the_memory_and_its_vector(store):
+    m = add(store, memory(), rand())
+    keep = add(store, memory(), rand(seed=5))
+    with store.write():
+        assert store.delete_memory("t1", m.id)
+    assert store.get_memory("t1", m.id) is None
+    assert count(store, "memory_vectors") == 1
+    assert [x.id for x, _ in store.nearest("t1", "u1", rand(), 10)] == [keep.id]
+
+
+def test_delete_of_another_tenants_memory_does_nothing(store):
+    m = add(store, memory(tenant="t1"), rand())
+    with store.write():
+        assert not store.delete_memory("t2", m.id)
+    assert store.get_memory("t1", m.id) == m
+
+
+def test_nearest_is_exact_and_ordered(store):
+    rng = np.random.default_rng(7)
+    vectors = [unit(v) for v in rng.standard_normal((300, 16))]
+    mems = [add(store, memory(created_at=i), v) for i, v in enumerate(vectors)]
+    query = unit(rng.standard_normal(16))
+    expected = np.argsort(-(np.array(vectors, dtype=np.float64) @ query.astype(np.float64)))[:25]
+    got = store.nearest("t1", "u1", query, 25)
+    assert [m.id for m, _ in got] == [mems[i].id for i in expected]
+    distances = [d for _, d in got]
+    assert distances == sorted(distances)
+    for (m, d), i in zip(got, expected, strict=True):
+        assert d == pytest.approx(1 - float(vectors[i] @ query), abs=1e-5)
+
+
+def test_nearest_reads_only_that_users_vectors(store):
+    target = rand(seed=1)
+    add(store, memory(tenant="t1", user="u2"), target)
+    add(store, memory(tenant="t2", user="u1"), target)
+    mine = add(store, memory(tenant="t1", user="u1"), rand(seed=2))
+    assert [m.id for m, _ in store.nearest("t1", "u1", target, 10)] == [mine.id]
+    assert store.nearest("t3", "u1", target, 10) == []
+
+
+def test_nearest_breaks_ties_across_the_cut_by_newest_first(store):
+    same = rand(seed=3)
+    tied = [add(store, memory(created_at=t), same) for t in (1, 3, 2, 5, 4)]
+    got = store.nearest("t1", "u1", same, 2)
+    assert [m.id for m, _ in got] == [tied[3].id, tied[4].id]
+
+
+def test_many_users_each_get_their_own_chunks(store):
+    for u in range(20):
+        add(store, memory(user=f"u{u}"), rand(seed=u))
+    chunks = count(store, "memory_vectors_chunks")
+    assert chunks == 20
+    for u in range(20):
+        [(m, d)] = store.nearest("t1", f"u{u}", rand(seed=u), 5)
+        assert d == pytest.approx(0, abs=1e-6)
+
+
+def key(tenant="t1", revoked_at=None):
+    return ApiKey(
+        id=str(uuid.uuid4()),
+        tenant=tenant,
+        key_id="key_" + uuid.uuid4().hex[:16],
+        name="k",
+        created_at=1,
+        last_used_at=None,
+        revoked_at=revoked_at,
+    )
+
+
+def test_keys_are_found_by_hash_and_listed_per_tenant(store):
+    a, b, c = key("t1"), key("t1"), key("t2")
+    with store.write():
+        for k, h in ((a, b"a" * 32), (b, b"b" * 32), (c, b"c" * 32)):
+            store.insert_key(k, h)
+    assert store.key_by_hash(b"b" * 32) == b
+    assert store.key_by_hash(b"x" * 32) is None
+    assert store.list_keys("t1") == [a, b]
+    assert store.list_keys(None) == [a, b, c]
+
+
+def test_revoking_twice_keeps_the_first_time(store):
+    k = key()
+    with store.write():
+        store.insert_key(k, b"h" * 32)
+        store.revoke_key(k.id, 100)
+        store.revoke_key(k.id, 200)
+    assert store.get_key(k.id).revoked_at == 100
+
+
+def test_ping_fails_when_the_file_is_gone(db_path):
+    conn = connect(db_path)
+    s = Store(conn)
+    s.migrate("m", 4)
+    s.ping()
+    os.remove(db_path)
+    with pytest.raises(OSError, match="no longer exists"):
+        s.ping()
+    conn.close()
+
+
+def test_failed_write_leaves_no_transaction_open(store):
+    with pytest.raises(RuntimeError):
+        with store.write():
+            store.insert_memory(memory(), rand())
+            raise RuntimeError("boom")
+    assert not store.conn.in_transaction
+    assert count(store, "memories") == 0
