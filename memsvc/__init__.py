@@ -52,7 +52,8 @@ def create_app(
     try:
         os.makedirs(os.path.dirname(os.path.abspath(app.config["DATABASE"])), exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"MEMSVC_DATABASE {app.config['DATABASE']!r} cannot be used: {e}") from None
+        path = app.config["DATABASE"]
+        raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {e}") from None
 
     from .runtime import Runtime
     from .runtime import release_store

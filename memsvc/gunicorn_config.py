@@ -32,12 +32,17 @@ keepalive = 5
 # the fork.
 preload_app = True
 
-# tRPC queries carry their input in the URL; allow the longest request line
-# gunicorn supports (the default, 4094 bytes, is easily hit by a search).
-limit_request_line = 8190
+# tRPC queries carry their input in the URL, and gunicorn's default request
+# line limit (4094 bytes) is easily hit by a search or a batch. 0 lifts the
+# limit to gunicorn's internal cap of 1 MiB, the same as memsvc's body limit.
+limit_request_line = 0
 
 accesslog = "-"
 errorlog = "-"
+
+# gunicorn 24+ opens a control socket at one fixed path per user, so a
+# second server on the same box (another memsvc, a test run) would clash.
+control_socket_disable = True
 
 
 def post_worker_init(worker):

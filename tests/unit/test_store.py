@@ -97,7 +97,7 @@ def test_get_is_scoped_to_the_tenant(store):
 def test_insert_is_all_or_nothing(store):
     m = memory()
     wrong_dimensions = np.ones(3, dtype=np.float32)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="[Dd]imension"):
         add(store, m, wrong_dimensions)
     assert count(store, "memories") == 0
     assert count(store, "memory_vectors") == 0
@@ -151,7 +151,7 @@ def test_nearest_is_exact_and_ordered(store):
     assert [m.id for m, _ in got] == [mems[i].id for i in expected]
     distances = [d for _, d in got]
     assert distances == sorted(distances)
-    for (m, d), i in zip(got, expected, strict=True):
+    for (_, d), i in zip(got, expected, strict=True):
         assert d == pytest.approx(1 - float(vectors[i] @ query), abs=1e-5)
 
 

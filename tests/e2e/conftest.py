@@ -1,0 +1,108 @@
+"""Real gunicorn servers on free loopback ports, with the checked-in config."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    env: dict[str, str]
+    log: pathlib.Path
+
+    @property
+    def trpc(self) -> str:
+        return self.url + "/trpc"
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "memsvc.cli", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+    def create_key(self, tenant: str = "tenant-A", name: str = "e2e") -> str:
+        return self.cli("keys", "create", tenant, name).stdout.strip()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSVC_")}
+    env.update(
+        {
+            "MEMSVC_DATABASE": str(db_path),
+            "MEMSVC_BIND": f"127.0.0.1:{port}",
+            "WEB_CONCURRENCY": "2",
+            "MEMSVC_THREADS": "4",
+        }
+    )
+    env.update(settings)
+    return env
+
+
+def start_server(tmp: pathlib.Path, *, deadline: float = 90, **settings: str) -> Server:
+    port = free_port()
+    env = server_env(tmp / "memsvc.sqlite3", port, **settings)
+    log = tmp / f"gunicorn-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "wsgi:app"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(f"http://127.0.0.1:{port}", proc, env, log)
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"gunicorn exited with {proc.returncode}:\n{server.output()}")
+        try:
+            if requests.get(server.url + "/health", timeout=2).status_code == 200:
+                return server
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.2)
+    server.stop()
+    pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{server.output()}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = start_server(tmp_path_factory.mktemp("gunicorn"))
+    yield s
+    s.stop()
