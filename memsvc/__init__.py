@@ -73,6 +73,9 @@ def create_app(
     app.register_blueprint(memory.router)
 
     app.register_error_handler(HTTPException, _http_error)
+    # Creates Flask's handler on the "memsvc" logger, so warnings from every
+    # memsvc.* module reach stderr (gunicorn's error log) with a timestamp.
+    app.logger.debug("memsvc app created")
     return app
 
 

@@ -94,9 +94,8 @@ def main() -> None:
         ("one large user (1 x 10,000)", 1, 10_000, 1.3),
     ]
     print(f"vec0 chunk_size={VECTOR_CHUNK_SIZE}, {args.dims} dimensions")
-    print(
-        f"{'case':<32}{'memories':>9}{'raw MB':>9}{'file MB':>9}{'ratio':>7}{'target':>8}{'insert/s':>10}"
-    )
+    header = ("memories", "raw MB", "file MB", "ratio", "target", "insert/s")
+    print(f"{'case':<32}" + "".join(f"{h:>{w}}" for h, w in zip(header, (9, 9, 9, 7, 8, 10))))
     failed = False
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name, users, per_user, target in cases:
