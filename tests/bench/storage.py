@@ -95,7 +95,10 @@ def main() -> None:
     ]
     print(f"vec0 chunk_size={VECTOR_CHUNK_SIZE}, {args.dims} dimensions")
     header = ("memories", "raw MB", "file MB", "ratio", "target", "insert/s")
-    print(f"{'case':<32}" + "".join(f"{h:>{w}}" for h, w in zip(header, (9, 9, 9, 7, 8, 10), strict=True)))
+    print(
+        f"{'case':<32}"
+        + "".join(f"{h:>{w}}" for h, w in zip(header, (9, 9, 9, 7, 8, 10), strict=True))
+    )
     failed = False
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         for name, users, per_user, target in cases:
