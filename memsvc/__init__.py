@@ -58,19 +58,21 @@ def create_app(
     from .runtime import Runtime
     from .runtime import release_store
 
-    runtime = Runtime(app.config)
+    runtime = Runtime(app.config, app.instance_path)
     runtime.prepare(check_embedder=check_embedder)
     app.extensions["memsvc"] = runtime
     app.teardown_appcontext(release_store)
 
     from . import health
     from . import trpc
+    from .routers import keys
     from .routers import memory
 
     app.extensions["trpc"] = {}
     app.register_blueprint(trpc.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(memory.router)
+    app.register_blueprint(keys.router)
 
     app.register_error_handler(HTTPException, _http_error)
     # Creates Flask's handler on the "memsvc" logger, so warnings from every

@@ -1,8 +1,8 @@
-"""Who is calling: API keys for the memory router.
+"""Who is calling: API keys for the memory router, bearer JWTs for the keys router.
 
 Each function here is tRPC middleware (see :mod:`memsvc.trpc`): it sets
 ``call.caller`` or refuses the call with ``401 UNAUTHORIZED``. A batch
-carries one set of headers, so the credential is verified once per request.
+carries one set of headers, so a credential is verified once per request.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ import contextlib
 import dataclasses
 import typing as t
 
+from flask import current_app
 from flask import g
 from flask import request
 
+from . import clock
 from .errors import ApiError
 from .errors import Unauthorized
 from .models import ApiKey
+from .runtime import runtime
 from .runtime import store
 from .services import keys
 from .trpc import Call
@@ -25,7 +28,7 @@ from .trpc import Call
 @dataclasses.dataclass(frozen=True)
 class Caller:
     tenant: str
-    #: The API key used, for memory calls.
+    #: The API key used, for memory calls; None for token (keys router) calls.
     key: ApiKey | None = None
 
 
@@ -55,4 +58,35 @@ def _verify_api_key() -> Caller:
 def api_key(call: Call) -> t.Iterator[None]:
     """Middleware: the call must carry a valid, unrevoked ``x-api-key``."""
     call.caller = _once("memsvc_api_key_caller", _verify_api_key)
+    yield
+
+
+@contextlib.contextmanager
+def record_use(call: Call) -> t.Iterator[None]:
+    """Middleware, after authentication and limits: keep the key's lastUsedAt current."""
+    if not g.get("memsvc_key_used"):
+        g.memsvc_key_used = True
+        resolution_ms = current_app.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
+        keys.record_use(store(), call.caller.key, clock.now_ms(), resolution_ms)
+    yield
+
+
+def _verify_bearer() -> Caller:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("Missing bearer token")
+    verifier = runtime().tokens
+    if verifier is None:
+        raise Unauthorized(
+            "Token authentication is not configured on this server "
+            "(its operator sets MEMSVC_OIDC_ISSUER or MEMSVC_JWT_SECRET)"
+        )
+    return Caller(tenant=verifier.tenant(token))
+
+
+@contextlib.contextmanager
+def bearer_token(call: Call) -> t.Iterator[None]:
+    """Middleware: the call must carry an identity-provider JWT naming the tenant."""
+    call.caller = _once("memsvc_token_caller", _verify_bearer)
     yield

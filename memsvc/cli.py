@@ -14,6 +14,7 @@ from flask.cli import shell_command
 from . import ConfigError
 from . import clock
 from . import create_app
+from . import tokens
 from .runtime import runtime
 from .runtime import store
 from .services import keys as key_service
@@ -40,11 +41,42 @@ cli.add_command(shell_command)
 
 @cli.command("init-db")
 def init_db() -> None:
-    """Create or upgrade the database (the app also does this when it starts)."""
+    """Create or upgrade the database (the app also does this when it starts).
+
+    With no identity provider or token secret configured, also creates the
+    local token secret in the instance folder, for `memsvc token`.
+    """
     rt = runtime()
     model, dims = store().embedder()
     click.echo(f"Database ready: {rt.db.path}")
     click.echo(f"  schema version {SCHEMA_VERSION}, vectors from {model} ({dims} dimensions)")
+    config = current_app.config
+    if not (config["OIDC_ISSUER"] or config["JWKS_URL"] or config["JWT_SECRET"]):
+        path = tokens.create_secret_file(current_app.instance_path)
+        click.echo(f"Local token secret: {path} (mint tokens with: memsvc token <tenant>)")
+
+
+@cli.command("token")
+@click.argument("tenant")
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=1),
+    default=3600,
+    show_default=True,
+    help="Seconds until the token expires.",
+)
+def token(tenant: str, ttl: int) -> None:
+    """Print a token for TENANT, for the keys router (local token mode)."""
+    config = current_app.config
+    if config["OIDC_ISSUER"] or config["JWKS_URL"]:
+        raise click.ClickException(
+            "tokens come from your identity provider (MEMSVC_OIDC_ISSUER / MEMSVC_JWKS_URL); "
+            "memsvc token mints only local ones"
+        )
+    if not config["JWT_SECRET"]:
+        tokens.create_secret_file(current_app.instance_path)
+    verifier = tokens.make_verifier(config, current_app.instance_path)
+    click.echo(verifier.mint(tenant, ttl))
 
 
 @cli.command("run", with_appcontext=False)

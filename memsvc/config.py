@@ -31,6 +31,19 @@ DEFAULTS: dict[str, t.Any] = {
     "EMBEDDING_TIMEOUT": 10.0,
     "EMBEDDING_MAX_RETRIES": 2,
     "API_KEY_WORD": "memsvc",
+    # lastUsedAt is written at most once per key per this many seconds, so
+    # that reads do not each become a write.
+    "LAST_USED_RESOLUTION_SECONDS": 1,
+    # Tokens for the keys router: an OIDC provider, or a local HS256 secret
+    # (read from <instance>/jwt-secret when JWT_SECRET is unset).
+    "OIDC_ISSUER": None,
+    "JWKS_URL": None,
+    "JWT_AUDIENCE": None,
+    "JWT_SECRET": None,
+    "JWT_TENANT_CLAIM": "sub",
+    "JWT_LEEWAY_SECONDS": 30,
+    "JWKS_CACHE_SECONDS": 3600,
+    "JWKS_MIN_REFRESH_SECONDS": 60,
     # Flask's own request body limit; larger bodies get 413.
     "MAX_CONTENT_LENGTH": 1024 * 1024,
     "MAX_CONTENT_CHARS": 65_536,
@@ -82,6 +95,14 @@ _RULES: dict[str, tuple[t.Callable[[t.Any], bool], str]] = {
     "EMBEDDING_TIMEOUT": (_positive_number, "a positive number of seconds"),
     "EMBEDDING_MAX_RETRIES": (_non_negative_int, "a whole number"),
     "API_KEY_WORD": (_word, "letters and digits only"),
+    "LAST_USED_RESOLUTION_SECONDS": (_non_negative_int, "a whole number of seconds"),
+    "OIDC_ISSUER": (lambda v: v is None or _http_url(v), "an http(s) URL"),
+    "JWKS_URL": (lambda v: v is None or _http_url(v), "an http(s) URL"),
+    "JWT_AUDIENCE": (lambda v: v is None or (isinstance(v, str) and v != ""), "a string"),
+    "JWT_TENANT_CLAIM": (lambda v: isinstance(v, str) and v != "", "a claim name"),
+    "JWT_LEEWAY_SECONDS": (_non_negative_int, "a whole number of seconds"),
+    "JWKS_CACHE_SECONDS": (_positive_int, "a positive whole number of seconds"),
+    "JWKS_MIN_REFRESH_SECONDS": (_non_negative_int, "a whole number of seconds"),
     "MAX_CONTENT_LENGTH": (_positive_int, "a positive number of bytes"),
     "MAX_CONTENT_CHARS": (_positive_int, "a positive whole number"),
     "MAX_USER_ID_CHARS": (_positive_int, "a positive whole number"),
@@ -92,7 +113,7 @@ _RULES: dict[str, tuple[t.Callable[[t.Any], bool], str]] = {
 }
 
 # Settings whose values must never be echoed back in an error message.
-SECRET_SETTINGS = frozenset({"EMBEDDING_API_KEY"})
+SECRET_SETTINGS = frozenset({"EMBEDDING_API_KEY", "JWT_SECRET"})
 
 
 def validate(config: t.MutableMapping[str, t.Any]) -> None:

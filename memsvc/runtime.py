@@ -18,10 +18,12 @@ from .embeddings import make_embedder
 from .errors import ConfigError
 from .store import Store
 from .store import StoreMismatch
+from .tokens import TokenVerifier
+from .tokens import make_verifier
 
 
 class Runtime:
-    def __init__(self, config: t.Mapping[str, t.Any]):
+    def __init__(self, config: t.Mapping[str, t.Any], instance_path: str):
         self.db = Database(
             config["DATABASE"],
             busy_timeout_ms=config["SQLITE_BUSY_TIMEOUT_MS"],
@@ -30,6 +32,8 @@ class Runtime:
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
         self.embedder: Embedder = make_embedder(config)
+        #: Verifies bearer tokens for the keys router; None if not configured.
+        self.tokens: TokenVerifier | None = make_verifier(config, instance_path)
         self._lock = threading.Lock()
 
     def prepare(self, *, check_embedder: bool) -> None:

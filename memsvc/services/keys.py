@@ -51,6 +51,18 @@ def verify(store: Store, secret: str) -> ApiKey:
     return key
 
 
+def record_use(store: Store, key: ApiKey, now: int, resolution_ms: int) -> None:
+    """Set the key's lastUsedAt to ``now``, unless it is less than ``resolution_ms`` old.
+
+    A busy key then costs one small write per ``resolution_ms``, not one
+    per call.
+    """
+    if key.last_used_at is not None and now - key.last_used_at < resolution_ms:
+        return
+    with store.write():
+        store.touch_key(key.id, now)
+
+
 def list_for(store: Store, tenant: str | None) -> list[ApiKey]:
     return store.list_keys(tenant)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import secrets
 import socket
 import subprocess
 import sys
@@ -47,6 +48,9 @@ class Server:
     def create_key(self, tenant: str = "tenant-A", name: str = "e2e") -> str:
         return self.cli("keys", "create", tenant, name).stdout.strip()
 
+    def token(self, tenant: str = "tenant-A") -> str:
+        return self.cli("token", tenant).stdout.strip()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -68,6 +72,7 @@ def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, s
             "MEMSVC_BIND": f"127.0.0.1:{port}",
             "WEB_CONCURRENCY": "2",
             "MEMSVC_THREADS": "4",
+            "MEMSVC_JWT_SECRET": secrets.token_urlsafe(32),
         }
     )
     env.update(settings)

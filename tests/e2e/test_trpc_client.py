@@ -22,7 +22,12 @@ def seen(server):
     result = subprocess.run(
         [node, "client.mjs"],
         cwd=CLIENT,
-        env={**os.environ, "MEMSVC_URL": server.trpc, "MEMSVC_API_KEY": server.create_key()},
+        env={
+            **os.environ,
+            "MEMSVC_URL": server.trpc,
+            "MEMSVC_API_KEY": server.create_key(),
+            "MEMSVC_TOKEN": server.token("tenant-A"),
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -80,3 +85,20 @@ def test_without_the_shim_errors_are_opaque_but_successes_work(seen, link):
     assert seen[link]["withoutShim"]["message"] == "Unable to transform response from server"
     assert seen[link]["withoutShim"]["code"] is None
     assert len(seen[link]["successWithoutShim"]) == 1
+
+
+@pytest.mark.parametrize("link", LINKS)
+def test_key_lifecycle_through_the_client(seen, link):
+    out = seen["keys"][link]
+    created = out["created"]
+    assert created["secret"].startswith("sk_memsvc_") and created["idpUserId"] == "tenant-A"
+    assert out["added"]["idpUserId"] == "tenant-A"
+    mine = next(k for k in out["listed"] if k["id"] == created["id"])
+    assert mine["lastUsedAt"] is not None and mine["revokedAt"] is None
+    assert "secret" not in mine
+    assert out["revoked"] == {"success": True} and out["revokedAgain"] == {"success": True}
+    assert (out["afterRevoke"]["code"], out["afterRevoke"]["httpStatus"]) == ("UNAUTHORIZED", 401)
+    after = next(k for k in out["listedAfter"] if k["id"] == created["id"])
+    assert after["revokedAt"] is not None
+    assert out["noToken"]["code"] == "UNAUTHORIZED" and out["noToken"]["path"] == "keys.list"
+    assert out["missing"]["code"] == "NOT_FOUND"

@@ -1,3 +1,5 @@
+import pathlib
+import stat
 import subprocess
 import sys
 
@@ -73,3 +75,27 @@ def test_a_bad_setting_is_one_line_on_the_command_line(tmp_path):
     assert result.stderr.strip() == (
         "Error: MEMSVC_EMBEDDER must be one of local, openai, got 'nope'"
     )
+
+
+def test_init_db_creates_a_private_token_secret(runner, app):
+    result = invoke(runner, "init-db")
+    assert "Local token secret" in result.stdout
+    path = pathlib.Path(app.instance_path, "jwt-secret")
+    assert len(path.read_text().strip()) >= 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    before = path.read_text()
+    invoke(runner, "init-db")
+    assert path.read_text() == before  # never replaced
+
+
+def test_token_mints_a_token_the_service_accepts(runner, make_app):
+    token = invoke(runner, "token", "acme", "--ttl", "120").stdout.strip()
+    client = make_app().test_client()  # a new app reads the secret the command created
+    resp = query(client, "keys.list", headers={"Authorization": f"Bearer {token}"})
+    assert data(resp) == []
+
+
+def test_token_refuses_in_oidc_mode(make_app):
+    app = make_app(OIDC_ISSUER="https://idp.test", JWT_AUDIENCE="memsvc")
+    result = app.test_cli_runner().invoke(cli, ["token", "acme"])
+    assert result.exit_code == 1 and "identity provider" in result.stderr

@@ -1,7 +1,7 @@
 // Drives memsvc with the unmodified @trpc/client (httpLink and httpBatchLink)
 // and prints what it saw as JSON, for tests/e2e/test_trpc_client.py.
 //
-//   MEMSVC_URL=http://127.0.0.1:8000/trpc MEMSVC_API_KEY=sk_... node client.mjs
+//   MEMSVC_URL=http://127.0.0.1:8000/trpc MEMSVC_API_KEY=sk_... MEMSVC_TOKEN=<jwt> node client.mjs
 
 import { createTRPCClient, httpBatchLink, httpLink, TRPCClientError } from "@trpc/client";
 import { memsvcFetch } from "./memsvc-fetch.mjs";
@@ -64,8 +64,32 @@ async function scenario(name, link) {
   return out;
 }
 
+// The key lifecycle: a tenant signed in with a JWT creates a key, uses it,
+// lists it, revokes it, and the key stops working.
+async function keysScenario(name, link) {
+  const admin = createTRPCClient({
+    links: [link({ url, headers: () => ({ authorization: `Bearer ${process.env.MEMSVC_TOKEN}` }), fetch: memsvcFetch })],
+  });
+  const out = {};
+  out.created = await admin.keys.create.mutate({ name: `e2e ${name}` });
+  const withKey = client(link, { key: out.created.secret });
+  out.added = await withKey.memory.add.mutate({ userId: `keys-${name}`, content: "made with a fresh key" });
+  out.listed = await admin.keys.list.query();
+  out.revoked = await admin.keys.revoke.mutate({ id: out.created.id });
+  out.revokedAgain = await admin.keys.revoke.mutate({ id: out.created.id });
+  out.afterRevoke = await failure(withKey.memory.getAll.query({ userId: `keys-${name}` }));
+  out.listedAfter = await admin.keys.list.query();
+  out.noToken = await failure(client(link).keys.list.query());
+  out.missing = await failure(admin.keys.revoke.mutate({ id: MISSING }));
+  return out;
+}
+
 const result = {
   httpLink: await scenario("httpLink", httpLink),
   httpBatchLink: await scenario("httpBatchLink", httpBatchLink),
+  keys: {
+    httpLink: await keysScenario("httpLink", httpLink),
+    httpBatchLink: await keysScenario("httpBatchLink", httpBatchLink),
+  },
 };
 console.log(JSON.stringify(result));

@@ -1,0 +1,34 @@
+"""The ``keys`` router: a tenant manages its API keys, signed in with a JWT."""
+
+from __future__ import annotations
+
+import typing as t
+
+from flask import current_app
+
+from .. import auth
+from .. import schemas
+from ..runtime import store
+from ..services import keys
+from ..trpc import Call
+from ..trpc import Router
+
+router = Router("keys", __name__, middleware=[auth.bearer_token])
+
+
+@router.query("list", output=schemas.KeyOutput(many=True))
+def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return keys.list_for(store(), call.caller.tenant)
+
+
+@router.mutation("create", input=schemas.CreateKeyInput(), output=schemas.CreatedKeyOutput())
+def create(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return keys.create(
+        store(), call.caller.tenant, params["name"], current_app.config["API_KEY_WORD"]
+    )
+
+
+@router.mutation("revoke", input=schemas.IdInput())
+def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
+    keys.revoke(store(), call.caller.tenant, params["id"])
+    return {"success": True}
