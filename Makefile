@@ -45,6 +45,7 @@ format: install
 bench: install
 	$(BIN)/python tests/bench/storage.py
 	$(BIN)/python tests/bench/thresholds.py
+	$(BIN)/python tests/bench/last_used.py
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info
