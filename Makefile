@@ -46,6 +46,7 @@ bench: install
 	$(BIN)/python tests/bench/storage.py
 	$(BIN)/python tests/bench/thresholds.py
 	$(BIN)/python tests/bench/last_used.py
+	$(BIN)/python tests/bench/limits.py
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info

@@ -1,4 +1,5 @@
-"""Who is calling: API keys for the memory router, bearer JWTs for the keys router.
+"""Who is calling, and may they: API keys and limits for the memory router,
+bearer JWTs for the keys router.
 
 Each function here is tRPC middleware (see :mod:`memsvc.trpc`): it sets
 ``call.caller`` or refuses the call with ``401 UNAUTHORIZED``. A batch
@@ -17,7 +18,10 @@ from flask import request
 
 from . import clock
 from .errors import ApiError
+from .errors import TooManyRequests
 from .errors import Unauthorized
+from .limits import Limits
+from .limits import Refused
 from .models import ApiKey
 from .runtime import runtime
 from .runtime import store
@@ -59,6 +63,33 @@ def api_key(call: Call) -> t.Iterator[None]:
     """Middleware: the call must carry a valid, unrevoked ``x-api-key``."""
     call.caller = _once("memsvc_api_key_caller", _verify_api_key)
     yield
+
+
+def limits_of(key: ApiKey, defaults: Limits) -> Limits:
+    """A key's limits: its own overrides, else the global settings."""
+    return Limits(
+        defaults.per_minute if key.rate_limit is None else key.rate_limit,
+        defaults.concurrent if key.concurrency_limit is None else key.concurrency_limit,
+    )
+
+
+@contextlib.contextmanager
+def limited(call: Call) -> t.Iterator[None]:
+    """Middleware, after the API key: the key's rate and concurrency limits.
+
+    Every call counts, batched or not. A refused call is answered at once
+    with 429 and a Retry-After, and uses up nothing.
+    """
+    rt = runtime()
+    key = call.caller.key
+    try:
+        token = rt.limiter.acquire(key.id, limits_of(key, rt.default_limits))
+    except Refused as e:
+        raise TooManyRequests(e.message, headers={"Retry-After": str(e.retry_after)}) from None
+    try:
+        yield
+    finally:
+        rt.limiter.release(key.id, token)
 
 
 @contextlib.contextmanager

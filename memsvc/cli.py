@@ -15,6 +15,8 @@ from . import ConfigError
 from . import clock
 from . import create_app
 from . import tokens
+from .limits import MAX_CONCURRENT
+from .limits import MAX_PER_MINUTE
 from .runtime import runtime
 from .runtime import store
 from .services import keys as key_service
@@ -139,15 +141,25 @@ def keys_create(tenant: str, name: str) -> None:
     click.echo(created.secret)
 
 
+def _limit_text(own: int | None, default: int) -> str:
+    value = default if own is None else own
+    shown = "unlimited" if value == 0 else str(value)
+    return f"{shown} (default)" if own is None else shown
+
+
 @keys.command("list")
 @click.option("--tenant", default=None, help="Only this tenant's keys.")
 def keys_list(tenant: str | None) -> None:
-    """List API keys (never their secrets)."""
+    """List API keys (never their secrets) with their limits."""
     rows = key_service.list_for(store(), tenant)
     if not rows:
         click.echo("No API keys.", err=True)
         return
-    header = ("ID", "TENANT", "IDP KEY ID", "NAME", "CREATED", "LAST USED", "REVOKED")
+    defaults = runtime().default_limits
+    header = (
+        "ID", "TENANT", "IDP KEY ID", "NAME", "CREATED", "LAST USED", "REVOKED",
+        "PER MINUTE", "CONCURRENT",
+    )  # fmt: skip
     table = [header] + [
         (
             k.id,
@@ -157,12 +169,58 @@ def keys_list(tenant: str | None) -> None:
             clock.iso(k.created_at),
             clock.iso(k.last_used_at) if k.last_used_at else "-",
             clock.iso(k.revoked_at) if k.revoked_at else "-",
+            _limit_text(k.rate_limit, defaults.per_minute),
+            _limit_text(k.concurrency_limit, defaults.concurrent),
         )
         for k in rows
     ]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+@keys.command("set-limits")
+@click.argument("key_id")
+@click.option(
+    "--per-minute",
+    type=click.IntRange(0, MAX_PER_MINUTE),
+    default=None,
+    help="Calls per rolling 60 s (0: unlimited).",
+)
+@click.option(
+    "--concurrent",
+    type=click.IntRange(0, MAX_CONCURRENT),
+    default=None,
+    help="Calls executing at once (0: unlimited).",
+)
+@click.option("--reset", is_flag=True, help="Back to the global MEMSVC_* settings.")
+def keys_set_limits(
+    key_id: str, per_minute: int | None, concurrent: int | None, reset: bool
+) -> None:
+    """Give the key with record id KEY_ID its own limits; they apply at once."""
+    from .errors import ApiError
+
+    s = store()
+    current = s.get_key(key_id)
+    if current is None:
+        raise click.ClickException("API key not found")
+    if reset:
+        per_minute = concurrent = None
+    elif per_minute is None and concurrent is None:
+        raise click.UsageError("give --per-minute, --concurrent, or --reset")
+    else:
+        per_minute = current.rate_limit if per_minute is None else per_minute
+        concurrent = current.concurrency_limit if concurrent is None else concurrent
+    try:
+        key = key_service.set_limits(s, key_id, per_minute, concurrent)
+    except ApiError as e:
+        raise click.ClickException(e.message) from None
+    defaults = runtime().default_limits
+    click.echo(
+        f"{key.name!r} of tenant {key.tenant!r}: "
+        f"{_limit_text(key.rate_limit, defaults.per_minute)} per minute, "
+        f"{_limit_text(key.concurrency_limit, defaults.concurrent)} concurrent."
+    )
 
 
 @keys.command("revoke")

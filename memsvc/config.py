@@ -13,6 +13,8 @@ import typing as t
 from urllib.parse import urlsplit
 
 from .errors import ConfigError
+from .limits import MAX_CONCURRENT
+from .limits import MAX_PER_MINUTE
 
 DEFAULTS: dict[str, t.Any] = {
     # DATABASE defaults to <instance>/memsvc.sqlite3, set by create_app.
@@ -31,6 +33,12 @@ DEFAULTS: dict[str, t.Any] = {
     "EMBEDDING_TIMEOUT": 10.0,
     "EMBEDDING_MAX_RETRIES": 2,
     "API_KEY_WORD": "memsvc",
+    # Per API key, on every worker of the box together; 0 turns a limit off.
+    "RATE_LIMIT_PER_MINUTE": 100,
+    "CONCURRENCY_LIMIT": 10,
+    # Where the limiter keeps its shared state (default: /dev/shm, else the
+    # instance folder).
+    "LIMITS_DIR": None,
     # lastUsedAt is written at most once per key per this many seconds, so
     # that reads do not each become a write.
     "LAST_USED_RESOLUTION_SECONDS": 1,
@@ -95,6 +103,15 @@ _RULES: dict[str, tuple[t.Callable[[t.Any], bool], str]] = {
     "EMBEDDING_TIMEOUT": (_positive_number, "a positive number of seconds"),
     "EMBEDDING_MAX_RETRIES": (_non_negative_int, "a whole number"),
     "API_KEY_WORD": (_word, "letters and digits only"),
+    "RATE_LIMIT_PER_MINUTE": (
+        lambda v: _non_negative_int(v) and v <= MAX_PER_MINUTE,
+        f"a whole number from 0 (no limit) to {MAX_PER_MINUTE}",
+    ),
+    "CONCURRENCY_LIMIT": (
+        lambda v: _non_negative_int(v) and v <= MAX_CONCURRENT,
+        f"a whole number from 0 (no limit) to {MAX_CONCURRENT}",
+    ),
+    "LIMITS_DIR": (lambda v: v is None or (isinstance(v, str) and v != ""), "a directory path"),
     "LAST_USED_RESOLUTION_SECONDS": (_non_negative_int, "a whole number of seconds"),
     "OIDC_ISSUER": (lambda v: v is None or _http_url(v), "an http(s) URL"),
     "JWKS_URL": (lambda v: v is None or _http_url(v), "an http(s) URL"),

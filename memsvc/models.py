@@ -32,6 +32,9 @@ class ApiKey:
     created_at: int
     last_used_at: int | None
     revoked_at: int | None
+    #: Per-key overrides of the global limits; None = the global setting.
+    rate_limit: int | None = None
+    concurrency_limit: int | None = None
 
     @property
     def active(self) -> bool:

@@ -16,6 +16,9 @@ from .db import Database
 from .embeddings import Embedder
 from .embeddings import make_embedder
 from .errors import ConfigError
+from .limits import Limiter
+from .limits import Limits
+from .limits import default_directory
 from .store import Store
 from .store import StoreMismatch
 from .tokens import TokenVerifier
@@ -32,6 +35,10 @@ class Runtime:
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
         self.embedder: Embedder = make_embedder(config)
+        self.limiter = Limiter(
+            config["LIMITS_DIR"] or default_directory(config["DATABASE"], instance_path)
+        )
+        self.default_limits = Limits(config["RATE_LIMIT_PER_MINUTE"], config["CONCURRENCY_LIMIT"])
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(config, instance_path)
         self._lock = threading.Lock()

@@ -21,7 +21,7 @@ import numpy as np
 from .models import ApiKey
 from .models import Memory
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # vec0 allocates chunk_size vectors per partition (tenant + user) up front.
 # 8 is the smallest it accepts: a user with 3 memories then costs 8 slots
@@ -72,10 +72,17 @@ _MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX memories_by_user ON memories (tenant, user_id, created_at DESC, seq DESC)",
         *_VECTOR_TABLE,
     ],
+    2: [
+        # Per-key overrides of the global request limits (NULL: the default).
+        "ALTER TABLE api_keys ADD COLUMN rate_limit INTEGER",
+        "ALTER TABLE api_keys ADD COLUMN concurrency_limit INTEGER",
+    ],
 }
 
 _MEMORY_COLUMNS = "id, tenant, user_id, content, metadata, created_at, updated_at"
-_KEY_COLUMNS = "id, tenant, key_id, name, created_at, last_used_at, revoked_at"
+_KEY_COLUMNS = (
+    "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit"
+)
 
 
 def _memory(row: t.Sequence[t.Any]) -> Memory:
@@ -288,7 +295,8 @@ class Store:
 
     def insert_key(self, key: ApiKey, secret_hash: bytes) -> None:
         self.conn.execute(
-            f"INSERT INTO api_keys ({_KEY_COLUMNS}, secret_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO api_keys ({_KEY_COLUMNS}, secret_hash) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 key.id,
                 key.tenant,
@@ -297,6 +305,8 @@ class Store:
                 key.created_at,
                 key.last_used_at,
                 key.revoked_at,
+                key.rate_limit,
+                key.concurrency_limit,
                 secret_hash,
             ),
         )
@@ -332,6 +342,15 @@ class Store:
             "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
             (now, key_id),
         )
+
+    def set_key_limits(
+        self, key_id: str, rate_limit: int | None, concurrency_limit: int | None
+    ) -> bool:
+        cur = self.conn.execute(
+            "UPDATE api_keys SET rate_limit = ?, concurrency_limit = ? WHERE id = ?",
+            (rate_limit, concurrency_limit, key_id),
+        )
+        return cur.rowcount == 1
 
     def touch_key(self, key_id: str, now: int) -> None:
         self.conn.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (now, key_id))

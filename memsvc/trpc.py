@@ -146,7 +146,10 @@ def endpoint(path: str) -> Response:
     statuses = {status for _, status, _ in results}
     headers: dict[str, str] = {}
     for _, _, extra in results:
-        headers.update(extra)
+        for name, value in extra.items():
+            if name == "Retry-After" and name in headers:
+                value = str(max(int(value), int(headers[name])))
+            headers[name] = value
     return json_response(
         [body for body, _, _ in results],
         statuses.pop() if len(statuses) == 1 else 207,

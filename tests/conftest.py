@@ -39,7 +39,12 @@ def make_app(tmp_path, db_path, local_embedder):
 
     def make(**settings):
         app = create_app(
-            {"TESTING": True, "DATABASE": db_path, **settings},
+            {
+                "TESTING": True,
+                "DATABASE": db_path,
+                "LIMITS_DIR": str(tmp_path / "limits"),
+                **settings,
+            },
             instance_path=str(tmp_path / "instance"),
         )
         if settings.get("EMBEDDER", "local") == "local":

@@ -12,7 +12,7 @@ from ..services import memories
 from ..trpc import Call
 from ..trpc import Router
 
-router = Router("memory", __name__, middleware=[auth.api_key, auth.record_use])
+router = Router("memory", __name__, middleware=[auth.api_key, auth.limited, auth.record_use])
 
 
 @router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.MemoryOutput())

@@ -63,6 +63,14 @@ def record_use(store: Store, key: ApiKey, now: int, resolution_ms: int) -> None:
         store.touch_key(key.id, now)
 
 
+def set_limits(store: Store, key_id: str, per_minute: int | None, concurrent: int | None) -> ApiKey:
+    """Override a key's limits (None: back to the global setting)."""
+    with store.write():
+        if not store.set_key_limits(key_id, per_minute, concurrent):
+            raise NotFound("API key not found")
+        return store.get_key(key_id)
+
+
 def list_for(store: Store, tenant: str | None) -> list[ApiKey]:
     return store.list_keys(tenant)
 

@@ -59,7 +59,7 @@ def main() -> None:
                 results[name]["getAll"].append(
                     load.run(
                         server.url,
-                        lambda i, h=headers: load.get(
+                        lambda i, _, h=headers: load.get(
                             "/trpc/memory.getAll", {"userId": "u", "limit": 10}, h
                         ),
                         threads=args.threads,
@@ -69,7 +69,7 @@ def main() -> None:
                 results[name]["search"].append(
                     load.run(
                         server.url,
-                        lambda i, h=headers: load.get(
+                        lambda i, _, h=headers: load.get(
                             "/trpc/memory.search", {"userId": "u", "query": f"tea {i % 50}"}, h
                         ),
                         threads=args.threads,

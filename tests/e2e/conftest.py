@@ -73,6 +73,7 @@ def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, s
             "WEB_CONCURRENCY": "2",
             "MEMSVC_THREADS": "4",
             "MEMSVC_JWT_SECRET": secrets.token_urlsafe(32),
+            "MEMSVC_LIMITS_DIR": str(db_path.parent / "limits"),
         }
     )
     env.update(settings)

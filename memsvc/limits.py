@@ -1,0 +1,342 @@
+"""Per-key request limits, shared by every worker process on the box.
+
+Two limits per API key:
+
+* **rate**: at most N accepted calls in any rolling 60 seconds. Each key
+  keeps a ring of the times of its last N accepted calls; a call is
+  accepted only if the oldest of them is 60 s old or more. That is exact:
+  no 60-second window, wherever it starts, ever holds more than N.
+* **concurrency**: at most M calls executing at once. Each executing call
+  holds an entry (process id, call token, expiry) until it is answered.
+  An entry of a process that died, or past its expiry, no longer counts, so
+  a crashed or killed worker cannot leak slots.
+
+The state of each key lives in its own small memory-mapped file (on tmpfs
+where there is one), locked with ``flock`` across processes and a
+``threading.Lock`` across the threads of a process. Keys never wait on each
+other's locks, and a refused call changes nothing. The state is disposable:
+losing it (a reboot, a new directory) only resets the counters.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import fcntl
+import itertools
+import math
+import mmap
+import os
+import threading
+import time
+import typing as t
+import weakref
+
+import numpy as np
+
+WINDOW_MS = 60_000
+MAX_PER_MINUTE = 100_000
+MAX_CONCURRENT = 10_000
+
+_MAGIC = 0x4D454D5356434C4D  # "MEMSVCLM"
+# A key's file: a header of four int64 (magic, rate capacity, concurrency
+# capacity, ring head), the ring of accepted-call times (int64 ms, 0 = none),
+# then the concurrency slots (pid, token, expiry ms; pid 0 = free). Files
+# only ever grow, so a process still mapping an older, shorter layout never
+# touches memory beyond the end of the file.
+_HEADER_WORDS = 4
+_SLOT_WORDS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """A key's limits; 0 means unlimited."""
+
+    per_minute: int
+    concurrent: int
+
+
+class Refused(Exception):
+    def __init__(self, message: str, retry_after: int):
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class _KeyState:
+    """One key's file, mapped as numpy arrays, and the lock for this process's threads."""
+
+    def __init__(self, path: str):
+        self.lock = threading.Lock()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.words: np.ndarray | None = None  # the whole file as int64
+        self.ring: np.ndarray = np.empty(0, dtype=np.int64)
+        self.slots: np.ndarray = np.empty((0, _SLOT_WORDS), dtype=np.int64)
+        self.layout = (0, 0)
+
+    def __del__(self) -> None:
+        # The arrays keep the mapping alive until they go; then it is unmapped.
+        os.close(self.fd)
+
+    def _map(self) -> None:
+        size = os.fstat(self.fd).st_size // 8 * 8
+        if size < 8 * _HEADER_WORDS:
+            self.words = None
+            return
+        mapped = mmap.mmap(self.fd, size)
+        self.words = np.frombuffer(mapped, dtype="<i8")
+        self.layout = (0, 0)
+
+    def load(self) -> bool:
+        """Map the file's current layout; False if it has none yet (or a broken one)."""
+        if self.words is None:
+            self._map()
+            if self.words is None:
+                return False
+        magic, rate_cap, conc_cap, head = self.words[:_HEADER_WORDS].tolist()
+        if magic != _MAGIC or rate_cap < 1 or conc_cap < 1 or not 0 <= head < rate_cap:
+            return False
+        needed = _HEADER_WORDS + rate_cap + _SLOT_WORDS * conc_cap
+        if needed > len(self.words):
+            self._map()  # another process grew the file
+            if self.words is None or needed > len(self.words):
+                return False
+        if self.layout != (rate_cap, conc_cap):
+            body = self.words[_HEADER_WORDS:]
+            self.ring = body[:rate_cap]
+            self.slots = body[rate_cap : rate_cap + _SLOT_WORDS * conc_cap].reshape(
+                conc_cap, _SLOT_WORDS
+            )
+            self.layout = (rate_cap, conc_cap)
+        return True
+
+    @property
+    def head(self) -> int:
+        return int(self.words[3])
+
+    @head.setter
+    def head(self, value: int) -> None:
+        self.words[3] = value
+
+    def rebuild(self, rate_cap: int, conc_cap: int, keep: bool) -> None:
+        """Lay the file out for new capacities, keeping recent history if ``keep``."""
+        times = np.empty(0, dtype=np.int64)
+        slots = np.empty((0, _SLOT_WORDS), dtype=np.int64)
+        if keep:
+            times = np.roll(self.ring, -self.head)  # oldest first
+            times = times[times != 0].copy()
+            slots = self.slots[self.slots[:, 0] != 0].copy()
+        times = times[-rate_cap:]
+        conc_cap = max(conc_cap, len(slots))
+        needed = _HEADER_WORDS + rate_cap + _SLOT_WORDS * conc_cap
+        if self.words is None or needed > len(self.words):
+            os.ftruncate(self.fd, max(8 * needed, os.fstat(self.fd).st_size))
+            self._map()
+        words = self.words
+        words[_HEADER_WORDS:needed] = 0
+        words[:_HEADER_WORDS] = (_MAGIC, rate_cap, conc_cap, len(times) % rate_cap)
+        self.layout = (0, 0)
+        self.load()
+        self.ring[: len(times)] = times
+        self.slots[: len(slots)] = slots
+
+
+class Limiter:
+    """Admits or refuses calls per key, consistently across processes."""
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        slot_ttl_ms: int = 120_000,
+        clock: t.Callable[[], int] | None = None,
+        max_open: int = 1024,
+    ):
+        self.directory = directory
+        self.slot_ttl_ms = slot_ttl_ms
+        # Monotonic: one clock for every process on the box, immune to
+        # wall-clock jumps.
+        self.clock = clock or (lambda: time.monotonic_ns() // 1_000_000)
+        self.max_open = max_open
+        self._tokens = itertools.count(1)
+        self._forget()
+        # Files opened before a fork belong to the parent: a forked worker
+        # starts afresh (and never needs to ask for its pid on a hot path).
+        me = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (lim := me()) and lim._forget())
+
+    def _forget(self) -> None:
+        self._pid = os.getpid()
+        self._states: collections.OrderedDict[str, _KeyState] = collections.OrderedDict()
+        self._states_lock = threading.Lock()
+
+    def acquire(self, key_id: str, limits: Limits) -> tuple[int, int] | None:
+        """Admit one call or raise :class:`Refused`; returns the token to :meth:`release`."""
+        if not limits.per_minute and not limits.concurrent:
+            return None
+        state = self._state(key_id)
+        with _locked(state):
+            now = self.clock()
+            self._prepare(state, limits, now)
+            if limits.per_minute:
+                oldest = int(state.ring[state.head])
+                if oldest and now - oldest < WINDOW_MS:
+                    retry_after = max(1, math.ceil((oldest + WINDOW_MS - now) / 1000))
+                    raise Refused(
+                        f"Rate limit exceeded: {limits.per_minute} requests per minute",
+                        retry_after,
+                    )
+            slot = None
+            if limits.concurrent:
+                slot = _free_slot(state.slots, now, limits.concurrent)
+                if slot is None:
+                    raise Refused(
+                        f"Too many concurrent requests: at most {limits.concurrent} at once "
+                        "per API key",
+                        1,
+                    )
+            # Admitted: only now is anything recorded.
+            if limits.per_minute:
+                head = state.head
+                state.ring[head] = now
+                state.head = (head + 1) % len(state.ring)
+            if slot is None:
+                return None
+            token = next(self._tokens)
+            state.slots[slot] = (self._pid, token, now + self.slot_ttl_ms)
+            return slot, token
+
+    def release(self, key_id: str, held: tuple[int, int] | None) -> None:
+        """Free the concurrency slot a call held."""
+        if held is None:
+            return
+        slot, token = held
+        state = self._state(key_id)
+        with _locked(state):
+            if not state.load():
+                return
+            slots = state.slots
+            pid = self._pid
+            if slot < len(slots) and slots[slot, 0] == pid and slots[slot, 1] == token:
+                slots[slot] = 0
+                return
+            # The layout was rebuilt since (the key's limits changed).
+            slots[(slots[:, 0] == pid) & (slots[:, 1] == token)] = 0
+
+    def executing(self, key_id: str) -> int:
+        """How many calls of the key hold a slot now."""
+        state = self._state(key_id)
+        with _locked(state):
+            if not state.load():
+                return 0
+            now = self.clock()
+            return sum(_alive(int(pid), int(exp), now) for pid, _, exp in state.slots if pid)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _state(self, key_id: str) -> _KeyState:
+        state = self._states.get(key_id)
+        if state is not None:
+            return state
+        with self._states_lock:
+            state = self._states.get(key_id)
+            if state is None:
+                os.makedirs(self.directory, mode=0o700, exist_ok=True)
+                state = _KeyState(os.path.join(self.directory, _file_name(key_id)))
+                self._states[key_id] = state
+                # Forget the oldest; a thread still using one keeps it open
+                # until it is done.
+                while len(self._states) > self.max_open:
+                    self._states.popitem(last=False)
+            return state
+
+    def _prepare(self, state: _KeyState, limits: Limits, now: int) -> None:
+        """Make the key's layout fit ``limits``, keeping its history when it can."""
+        rate_cap, conc_cap = max(limits.per_minute, 1), max(limits.concurrent, 1)
+        if not state.load():
+            state.rebuild(rate_cap, conc_cap, keep=False)
+        elif state.ring[state.head - 1] > now + 1000:
+            # Times from before a reboot: the monotonic clock restarted.
+            state.rebuild(rate_cap, conc_cap, keep=False)
+        elif len(state.ring) != rate_cap or len(state.slots) < conc_cap:
+            state.rebuild(rate_cap, conc_cap, keep=True)
+
+
+class _locked:
+    """Hold a key's lock: its thread lock within the process, its flock across."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: _KeyState):
+        self.state = state
+
+    def __enter__(self) -> None:
+        self.state.lock.acquire()
+        try:
+            fcntl.flock(self.state.fd, fcntl.LOCK_EX)
+        except BaseException:
+            self.state.lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            fcntl.flock(self.state.fd, fcntl.LOCK_UN)
+        finally:
+            self.state.lock.release()
+
+
+def _free_slot(slots: np.ndarray, now: int, limit: int) -> int | None:
+    """A free slot's index if fewer than ``limit`` are held, else None."""
+    if len(slots) <= 64:
+        # Plain Python beats numpy's per-call overhead on a few rows.
+        rows = slots.tolist()
+        held = [pid != 0 and now < expiry for pid, _, expiry in rows]
+    else:
+        rows = None
+        held = ((slots[:, 0] != 0) & (slots[:, 2] > now)).tolist()
+    count = sum(held)
+    if count >= limit:
+        # Before refusing, drop the slots of processes that no longer exist.
+        for i, is_held in enumerate(held):
+            pid, _, expiry = rows[i] if rows is not None else slots[i].tolist()
+            if is_held and not _alive(pid, expiry, now):
+                slots[i] = 0
+                held[i] = False
+                count -= 1
+        if count >= limit:
+            return None
+    for i, is_held in enumerate(held):
+        if not is_held:
+            return i
+    return None
+
+
+def _alive(pid: int, expiry: int, now: int) -> bool:
+    if now >= expiry:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _file_name(key_id: str) -> str:
+    return "".join(c for c in key_id if c.isalnum() or c == "-") or "key"
+
+
+def default_directory(database: str, instance_path: str) -> str:
+    """Where limiter state lives: tmpfs if the box has one, else the instance folder.
+
+    One directory per database, so two deployments on one box never share
+    counters.
+    """
+    import hashlib
+
+    tag = hashlib.sha256(os.path.abspath(database).encode()).hexdigest()[:16]
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return os.path.join(shm, f"memsvc-limits-{tag}")
+    return os.path.join(instance_path, f"limits-{tag}")

@@ -1,0 +1,74 @@
+"""A slow OpenAI-compatible embeddings endpoint that counts how many calls it is serving."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+import time
+
+
+class FakeProvider:
+    """``POST /v1/embeddings`` answering after ``delay`` seconds with 8-d vectors.
+
+    Records the most embedding calls it ever served at once, per marker: a
+    text containing a marker word counts under that marker.
+    """
+
+    def __init__(self, delay: float = 1.0, dimensions: int = 8):
+        self.delay = delay
+        self.dimensions = dimensions
+        self.lock = threading.Lock()
+        self.current: dict[str, int] = {}
+        self.peak: dict[str, int] = {}
+        provider = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                texts = body["input"]
+                marker = texts[0].split()[0]
+                with provider.lock:
+                    provider.current[marker] = provider.current.get(marker, 0) + 1
+                    provider.peak[marker] = max(
+                        provider.peak.get(marker, 0), provider.current[marker]
+                    )
+                try:
+                    time.sleep(provider.delay)
+                finally:
+                    with provider.lock:
+                        provider.current[marker] -= 1
+                data = [
+                    {"index": i, "embedding": provider.vector(text)} for i, text in enumerate(texts)
+                ]
+                out = json.dumps({"data": data}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def vector(self, text: str) -> list[float]:
+        digest = hashlib.sha256(text.encode()).digest()
+        return [b / 255 + 0.01 for b in digest[: self.dimensions]]
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> FakeProvider:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

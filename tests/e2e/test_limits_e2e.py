@@ -1,0 +1,79 @@
+"""Per-key limits hold across four gunicorn workers."""
+
+import concurrent.futures
+import json
+import time
+import urllib.parse
+
+import pytest
+import requests
+
+from tests.e2e.conftest import start_server
+from tests.e2e.fake_provider import FakeProvider
+
+pytestmark = pytest.mark.e2e
+
+
+def test_150_calls_on_one_key_admit_exactly_100(tmp_path):
+    server = start_server(tmp_path, WEB_CONCURRENCY="4", MEMSVC_THREADS="4")
+    try:
+        key, other = server.create_key("t", "busy"), server.create_key("t", "other")
+        url = server.trpc + "/memory.getAll?input=" + urllib.parse.quote('{"userId":"u"}')
+
+        def call(_):
+            resp = requests.get(url, headers={"x-api-key": key}, timeout=30)
+            return resp.status_code, resp.headers.get("Retry-After"), resp.json()
+
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            results = list(pool.map(call, range(150)))
+        statuses = [status for status, _, _ in results]
+        assert statuses.count(200) == 100
+        assert statuses.count(429) == 50
+        for status, retry_after, body in results:
+            if status == 429:
+                assert 1 <= int(retry_after) <= 60
+                assert body["error"]["code"] == "TOO_MANY_REQUESTS"
+                assert body["error"]["data"]["path"] == "memory.getAll"
+        assert requests.get(url, headers={"x-api-key": other}, timeout=30).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
+    with FakeProvider(delay=1.5) as provider:
+        server = start_server(
+            tmp_path,
+            WEB_CONCURRENCY="4",
+            MEMSVC_THREADS="8",
+            MEMSVC_EMBEDDER="openai",
+            MEMSVC_EMBEDDING_URL=provider.url,
+            MEMSVC_EMBEDDING_MODEL="fake",
+            MEMSVC_EMBEDDING_DIMENSIONS="8",
+        )
+        try:
+            busy, other = server.create_key("t", "busy"), server.create_key("t", "other")
+
+            def add(key, marker, i):
+                started = time.monotonic()
+                resp = requests.post(
+                    server.trpc + "/memory.add",
+                    data=json.dumps({"userId": "u", "content": f"{marker} memory {i}"}),
+                    headers={"x-api-key": key, "Content-Type": "application/json"},
+                    timeout=60,
+                )
+                return resp.status_code, time.monotonic() - started
+
+            with concurrent.futures.ThreadPoolExecutor(31) as pool:
+                calls = [pool.submit(add, busy, "busy", i) for i in range(30)]
+                time.sleep(0.5)  # while the busy key's calls are executing
+                unaffected = pool.submit(add, other, "other", 0)
+                results = [c.result() for c in calls]
+                assert unaffected.result()[0] == 200
+            statuses = [status for status, _ in results]
+            assert statuses.count(200) == 10, statuses
+            assert statuses.count(429) == 20, statuses
+            # Refusals come at once, not after waiting for a slot.
+            assert all(seconds < 1.0 for status, seconds in results if status == 429)
+            assert provider.peak["busy"] == 10
+        finally:
+            server.stop()
