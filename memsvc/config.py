@@ -33,6 +33,8 @@ DEFAULTS: dict[str, t.Any] = {
     "EMBEDDING_TIMEOUT": 10.0,
     "EMBEDDING_MAX_RETRIES": 2,
     "API_KEY_WORD": "memsvc",
+    # Per worker process: users' vectors kept in memory for search. 0: none.
+    "SEARCH_CACHE_MB": 256,
     # Per API key, on every worker of the box together; 0 turns a limit off.
     "RATE_LIMIT_PER_MINUTE": 100,
     "CONCURRENCY_LIMIT": 10,
@@ -103,6 +105,7 @@ _RULES: dict[str, tuple[t.Callable[[t.Any], bool], str]] = {
     "EMBEDDING_TIMEOUT": (_positive_number, "a positive number of seconds"),
     "EMBEDDING_MAX_RETRIES": (_non_negative_int, "a whole number"),
     "API_KEY_WORD": (_word, "letters and digits only"),
+    "SEARCH_CACHE_MB": (_non_negative_int, "a whole number of megabytes (0: no cache)"),
     "RATE_LIMIT_PER_MINUTE": (
         lambda v: _non_negative_int(v) and v <= MAX_PER_MINUTE,
         f"a whole number from 0 (no limit) to {MAX_PER_MINUTE}",

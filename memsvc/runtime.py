@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .limits import Limiter
 from .limits import Limits
 from .limits import default_directory
+from .search_cache import SearchCache
 from .store import Store
 from .store import StoreMismatch
 from .tokens import TokenVerifier
@@ -39,6 +40,10 @@ class Runtime:
             config["LIMITS_DIR"] or default_directory(config["DATABASE"], instance_path)
         )
         self.default_limits = Limits(config["RATE_LIMIT_PER_MINUTE"], config["CONCURRENCY_LIMIT"])
+        cache_bytes = config["SEARCH_CACHE_MB"] * 1024 * 1024
+        self.search_cache = (
+            SearchCache(cache_bytes, self.embedder.dimensions) if cache_bytes else None
+        )
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(config, instance_path)
         self._lock = threading.Lock()

@@ -20,8 +20,10 @@ import numpy as np
 
 from .models import ApiKey
 from .models import Memory
+from .similarity import rank
+from .similarity import scan_complete
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # vec0 allocates chunk_size vectors per partition (tenant + user) up front.
 # 8 is the smallest it accepts: a user with 3 memories then costs 8 slots
@@ -77,6 +79,27 @@ _MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE api_keys ADD COLUMN rate_limit INTEGER",
         "ALTER TABLE api_keys ADD COLUMN concurrency_limit INTEGER",
     ],
+    3: [
+        # One row per end user, changed in the same transaction as their
+        # memories: a search cache compares it to tell, with one indexed
+        # read, whether a user's vectors changed (even by another process)
+        # and how: new memories only (max_seq grew), deletions, or all
+        # vectors replaced (generation).
+        """CREATE TABLE memory_users (
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            max_seq INTEGER NOT NULL,
+            deletes INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            PRIMARY KEY (tenant, user_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO memory_users (tenant, user_id, count, max_seq, deletes, generation)
+        SELECT tenant, user_id, count(*), max(seq), 0, 0 FROM memories GROUP BY tenant, user_id""",
+        # A user's memories in insertion order, with their times: loads a
+        # user's new memories, and lists them, without touching the table.
+        "CREATE INDEX memories_by_user_seq ON memories (tenant, user_id, seq, created_at)",
+    ],
 }
 
 _MEMORY_COLUMNS = "id, tenant, user_id, content, metadata, created_at, updated_at"
@@ -99,6 +122,15 @@ def _memory(row: t.Sequence[t.Any]) -> Memory:
 
 def _key(row: t.Sequence[t.Any]) -> ApiKey:
     return ApiKey(*row)
+
+
+class UserState(t.NamedTuple):
+    """A user's change counters; any write to their memories changes them."""
+
+    count: int
+    max_seq: int
+    deletes: int
+    generation: int
 
 
 class StoreMismatch(Exception):
@@ -215,24 +247,54 @@ class Store:
 
     # -- memories -----------------------------------------------------------
 
+    def insert_memories(self, memories: t.Sequence[Memory], vectors: np.ndarray) -> None:
+        """Insert memories and their vectors; call inside :meth:`write`.
+
+        Memories get increasing ``seq`` in the order given. Vectors go in
+        grouped by user, which is how vec0 inserts fastest.
+        """
+        if len(memories) == 0:
+            return
+        (last,) = self.conn.execute(
+            "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0)"
+        ).fetchone()
+        seqs = range(last + 1, last + 1 + len(memories))
+        self.conn.executemany(
+            f"INSERT INTO memories (seq, {_MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    seq,
+                    m.id,
+                    m.tenant,
+                    m.user_id,
+                    m.content,
+                    json.dumps(m.metadata, ensure_ascii=False, separators=(",", ":")),
+                    m.created_at,
+                    m.updated_at,
+                )
+                for seq, m in zip(seqs, memories, strict=True)
+            ],
+        )
+        order = sorted(
+            range(len(memories)), key=lambda i: (memories[i].tenant, memories[i].user_id)
+        )
+        self.conn.executemany(
+            "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) VALUES (?, ?, ?, ?)",
+            [(seqs[i], memories[i].tenant, memories[i].user_id, _blob(vectors[i])) for i in order],
+        )
+        users: dict[tuple[str, str], list[int]] = {}
+        for seq, m in zip(seqs, memories, strict=True):
+            users.setdefault((m.tenant, m.user_id), []).append(seq)
+        self.conn.executemany(
+            "INSERT INTO memory_users (tenant, user_id, count, max_seq, deletes, generation) "
+            "VALUES (?, ?, ?, ?, 0, 0) ON CONFLICT (tenant, user_id) DO UPDATE SET "
+            "count = count + excluded.count, max_seq = max(max_seq, excluded.max_seq)",
+            [(tenant, user, len(s), max(s)) for (tenant, user), s in users.items()],
+        )
+
     def insert_memory(self, memory: Memory, vector: np.ndarray) -> None:
         """Insert a memory and its vector; call inside :meth:`write`."""
-        cur = self.conn.execute(
-            f"INSERT INTO memories ({_MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                memory.id,
-                memory.tenant,
-                memory.user_id,
-                memory.content,
-                json.dumps(memory.metadata, ensure_ascii=False, separators=(",", ":")),
-                memory.created_at,
-                memory.updated_at,
-            ),
-        )
-        self.conn.execute(
-            "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) VALUES (?, ?, ?, ?)",
-            (cur.lastrowid, memory.tenant, memory.user_id, _blob(vector)),
-        )
+        self.insert_memories([memory], np.asarray(vector)[None, :])
 
     def get_memory(self, tenant: str, memory_id: str) -> Memory | None:
         row = self.conn.execute(
@@ -253,43 +315,160 @@ class Store:
     def delete_memory(self, tenant: str, memory_id: str) -> bool:
         """Delete a memory and its vector; call inside :meth:`write`."""
         row = self.conn.execute(
-            "DELETE FROM memories WHERE id = ? AND tenant = ? RETURNING seq",
+            "DELETE FROM memories WHERE id = ? AND tenant = ? RETURNING seq, user_id",
             (memory_id, tenant),
         ).fetchone()
         if row is None:
             return False
-        self.conn.execute("DELETE FROM memory_vectors WHERE rowid = ?", (row[0],))
+        seq, user_id = row
+        self.conn.execute("DELETE FROM memory_vectors WHERE rowid = ?", (seq,))
+        self.conn.execute(
+            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 "
+            "WHERE tenant = ? AND user_id = ?",
+            (tenant, user_id),
+        )
         return True
 
     def nearest(
-        self, tenant: str, user_id: str, vector: np.ndarray, k: int
+        self, tenant: str, user_id: str, vector: np.ndarray, k: int, threshold: float
     ) -> list[tuple[Memory, float]]:
-        """The ``k`` memories of a user nearest to ``vector``, with cosine distances.
+        """A user's ``k`` memories most similar to ``vector``, with similarity >= ``threshold``.
 
-        Ordered by distance, then newest first. Rows tied with the k-th at
-        the cut are all considered before the cut is made, so which of two
-        equally near memories is returned does not depend on storage order.
+        Exact (see :mod:`memsvc.similarity`): sqlite-vec's KNN nominates
+        candidates in float32, fetching more until no memory past the last
+        one fetched could still make the cut, and they are ranked in
+        float64. Returns ``(memory, similarity)``, most similar first, ties
+        to the newest.
         """
         blob = _blob(vector)
-        fetch = k + 1
+        fetch = min(k + 16, _KNN_MAX)
         while True:
             rows = self.conn.execute(
-                f"""WITH knn AS (
-                    SELECT rowid, distance FROM memory_vectors
-                    WHERE embedding MATCH ? AND k = ? AND tenant = ? AND user_id = ?
-                )
-                SELECT {", ".join("m." + c.strip() for c in _MEMORY_COLUMNS.split(","))},
-                       knn.distance
-                FROM knn JOIN memories AS m ON m.seq = knn.rowid
-                ORDER BY knn.distance, m.created_at DESC, m.seq DESC""",
+                "SELECT rowid, distance, embedding FROM memory_vectors "
+                "WHERE embedding MATCH ? AND k = ? AND tenant = ? AND user_id = ?",
                 (blob, fetch, tenant, user_id),
             ).fetchall()
-            # A tie across the cut means a row just past it might sort
-            # before one inside it; fetch more until the cut is clean.
-            if len(rows) < fetch or rows[k - 1][7] != rows[-1][7] or fetch == _KNN_MAX:
+            if len(rows) < fetch:
                 break
-            fetch = min(fetch * 2, _KNN_MAX)
-        return [(_memory(row), row[7]) for row in rows[:k]]
+            if scan_complete(1 - rows[k - 1][1], 1 - rows[-1][1], threshold):
+                break
+            if fetch == _KNN_MAX:
+                # Thousands of near-ties: more than a KNN query returns.
+                seqs, _, vectors = self.user_vectors(tenant, user_id)
+                return self._ranked(seqs, vectors, vector, k, threshold)
+            fetch = min(fetch * 4, _KNN_MAX)
+        if not rows:
+            return []
+        seqs = np.array([row[0] for row in rows], dtype=np.int64)
+        vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+        return self._ranked(seqs, vectors.reshape(len(rows), -1), vector, k, threshold)
+
+    def _ranked(
+        self, seqs: np.ndarray, vectors: np.ndarray, query: np.ndarray, k: int, threshold: float
+    ) -> list[tuple[Memory, float]]:
+        if len(seqs) == 0:
+            return []
+        created = self._created(seqs)
+        best = rank(vectors, seqs, created, query, k, threshold)
+        found = self.memories_by_seq([seq for seq, _ in best])
+        return [(found[seq], similarity) for seq, similarity in best if seq in found]
+
+    def _created(self, seqs: np.ndarray) -> np.ndarray:
+        marks = ",".join("?" * len(seqs))
+        times = dict(
+            self.conn.execute(
+                f"SELECT seq, created_at FROM memories WHERE seq IN ({marks})",
+                [int(x) for x in seqs],
+            ).fetchall()
+        )
+        return np.array([times.get(int(x), 0) for x in seqs], dtype=np.int64)
+
+    def memories_by_seq(self, seqs: t.Sequence[int]) -> dict[int, Memory]:
+        if not seqs:
+            return {}
+        marks = ",".join("?" * len(seqs))
+        rows = self.conn.execute(
+            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories WHERE seq IN ({marks})", list(seqs)
+        ).fetchall()
+        return {row[0]: _memory(row[1:]) for row in rows}
+
+    # -- bulk reads for a search cache -------------------------------------------
+
+    def user_state(self, tenant: str, user_id: str) -> UserState | None:
+        """The user's change counters (see the ``memory_users`` table)."""
+        row = self.conn.execute(
+            "SELECT count, max_seq, deletes, generation FROM memory_users "
+            "WHERE tenant = ? AND user_id = ?",
+            (tenant, user_id),
+        ).fetchone()
+        return UserState(*row) if row else None
+
+    def user_vectors(
+        self, tenant: str, user_id: str, after_seq: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(seqs, created_at, vectors)`` of a user's memories with seq > ``after_seq``.
+
+        Everything (``after_seq`` 0) is read a chunk at a time straight from
+        vec0's storage, one blob per 8 vectors; a few new memories are read
+        one by one.
+        """
+        index = self.conn.execute(
+            "SELECT seq, created_at FROM memories WHERE tenant = ? AND user_id = ? AND seq > ? "
+            "ORDER BY seq",
+            (tenant, user_id, after_seq),
+        ).fetchall()
+        seqs = np.array([row[0] for row in index], dtype=np.int64)
+        created = np.array([row[1] for row in index], dtype=np.int64)
+        if len(seqs) == 0:
+            return seqs, created, np.empty((0, 0), dtype=np.float32)
+        if after_seq == 0 or len(seqs) > 256:
+            found, vectors = self._vector_chunks(tenant, user_id)
+            where = np.searchsorted(found, seqs)
+            vectors = vectors[where]
+        else:
+            blobs = [
+                self.conn.execute(
+                    "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
+                ).fetchone()[0]
+                for seq in seqs
+            ]
+            vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(seqs), -1)
+        return seqs, created, vectors
+
+    def _vector_chunks(self, tenant: str, user_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """All of a user's vectors, by seq, read from vec0's chunk tables.
+
+        A chunk row holds a validity bitmap (bit i little-endian: slot i is
+        in use), the slots' rowids (int64) and, in the vector chunk table,
+        the slots' vectors (float32) back to back; the layout is checked
+        against vec0's own answers by the tests.
+        """
+        rows = self.conn.execute(
+            "SELECT c.validity, c.rowids, v.vectors "
+            "FROM memory_vectors_chunks AS c "
+            "JOIN memory_vectors_vector_chunks00 AS v ON v.rowid = c.chunk_id "
+            "WHERE c.partition00 = ? AND c.partition01 = ?",
+            (tenant, user_id),
+        ).fetchall()
+        seqs, vectors = [], []
+        for validity, rowids, blob in rows:
+            valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+            valid = valid.astype(bool)
+            ids = np.frombuffer(rowids, dtype=np.int64)
+            vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
+            seqs.append(ids[valid[: len(ids)]])
+            vectors.append(vecs[valid[: len(ids)]])
+        all_seqs = np.concatenate(seqs)
+        order = np.argsort(all_seqs)
+        return all_seqs[order], np.concatenate(vectors)[order]
+
+    def user_seqs(self, tenant: str, user_id: str) -> np.ndarray:
+        """The seqs of a user's memories, ascending."""
+        rows = self.conn.execute(
+            "SELECT seq FROM memories WHERE tenant = ? AND user_id = ? ORDER BY seq",
+            (tenant, user_id),
+        ).fetchall()
+        return np.array([row[0] for row in rows], dtype=np.int64)
 
     # -- API keys -----------------------------------------------------------
 
@@ -404,6 +583,8 @@ class Store:
             self._set_meta("embedder", embedder_id)
             self._set_meta("dimensions", str(dimensions))
             self.conn.execute("DROP TABLE reembed_staging")
+            # Every vector changed: caches of any user must reload.
+            self.conn.execute("UPDATE memory_users SET generation = generation + 1")
         return True
 
 

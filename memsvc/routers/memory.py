@@ -7,6 +7,7 @@ import typing as t
 from .. import auth
 from .. import schemas
 from ..runtime import embedder
+from ..runtime import runtime
 from ..runtime import store
 from ..services import memories
 from ..trpc import Call
@@ -37,6 +38,7 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         params["query"],
         params["limit"],
         params["threshold"],
+        runtime().search_cache,
     )
 
 

@@ -10,6 +10,7 @@ from ..embeddings import Embedder
 from ..errors import NotFound
 from ..models import Memory
 from ..models import ScoredMemory
+from ..search_cache import SearchCache
 from ..store import Store
 
 
@@ -48,19 +49,20 @@ def search(
     query: str,
     limit: int,
     threshold: float,
+    cache: SearchCache | None = None,
 ) -> list[ScoredMemory]:
     """The ``limit`` memories most similar to ``query`` with similarity >= ``threshold``.
 
-    Similarity is the cosine similarity, clamped into [0, 1].
+    Similarity is the cosine similarity, clamped into [0, 1]; the result is
+    exact, with or without a ``cache``.
     """
     (vector,) = embedder.embed([query])
-    results = []
-    for memory, distance in store.nearest(tenant, user_id, vector, limit):
-        similarity = min(1.0, max(0.0, 1.0 - distance))
-        if similarity < threshold:
-            break  # nearest() is ordered, so no later memory is closer
-        results.append(ScoredMemory(memory, similarity))
-    return results
+    with store.read():
+        if cache is not None:
+            found = cache.nearest(store, tenant, user_id, vector, limit, threshold)
+        else:
+            found = store.nearest(tenant, user_id, vector, limit, threshold)
+    return [ScoredMemory(memory, similarity) for memory, similarity in found]
 
 
 def get_all(store: Store, tenant: str, user_id: str, limit: int) -> list[Memory]:

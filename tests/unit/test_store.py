@@ -131,7 +131,7 @@ def test_delete_removes_the_memory_and_its_vector(store):
         assert store.delete_memory("t1", m.id)
     assert store.get_memory("t1", m.id) is None
     assert count(store, "memory_vectors") == 1
-    assert [x.id for x, _ in store.nearest("t1", "u1", rand(), 10)] == [keep.id]
+    assert [x.id for x, _ in store.nearest("t1", "u1", rand(), 10, 0)] == [keep.id]
 
 
 def test_delete_of_another_tenants_memory_does_nothing(store):
@@ -147,12 +147,12 @@ def test_nearest_is_exact_and_ordered(store):
     mems = [add(store, memory(created_at=i), v) for i, v in enumerate(vectors)]
     query = unit(rng.standard_normal(16))
     expected = np.argsort(-(np.array(vectors, dtype=np.float64) @ query.astype(np.float64)))[:25]
-    got = store.nearest("t1", "u1", query, 25)
+    got = store.nearest("t1", "u1", query, 25, 0)
     assert [m.id for m, _ in got] == [mems[i].id for i in expected]
-    distances = [d for _, d in got]
-    assert distances == sorted(distances)
-    for (_, d), i in zip(got, expected, strict=True):
-        assert d == pytest.approx(1 - float(vectors[i] @ query), abs=1e-5)
+    similarities = [s for _, s in got]
+    assert similarities == sorted(similarities, reverse=True)
+    for (_, s), i in zip(got, expected, strict=True):
+        assert s == pytest.approx(max(0.0, float(vectors[i] @ query)), abs=1e-6)
 
 
 def test_nearest_reads_only_that_users_vectors(store):
@@ -160,14 +160,14 @@ def test_nearest_reads_only_that_users_vectors(store):
     add(store, memory(tenant="t1", user="u2"), target)
     add(store, memory(tenant="t2", user="u1"), target)
     mine = add(store, memory(tenant="t1", user="u1"), rand(seed=2))
-    assert [m.id for m, _ in store.nearest("t1", "u1", target, 10)] == [mine.id]
-    assert store.nearest("t3", "u1", target, 10) == []
+    assert [m.id for m, _ in store.nearest("t1", "u1", target, 10, 0)] == [mine.id]
+    assert store.nearest("t3", "u1", target, 10, 0) == []
 
 
 def test_nearest_breaks_ties_across_the_cut_by_newest_first(store):
     same = rand(seed=3)
     tied = [add(store, memory(created_at=t), same) for t in (1, 3, 2, 5, 4)]
-    got = store.nearest("t1", "u1", same, 2)
+    got = store.nearest("t1", "u1", same, 2, 0)
     assert [m.id for m, _ in got] == [tied[3].id, tied[4].id]
 
 
@@ -177,8 +177,8 @@ def test_many_users_each_get_their_own_chunks(store):
     chunks = count(store, "memory_vectors_chunks")
     assert chunks == 20
     for u in range(20):
-        [(m, d)] = store.nearest("t1", f"u{u}", rand(seed=u), 5)
-        assert d == pytest.approx(0, abs=1e-6)
+        [(m, s)] = store.nearest("t1", f"u{u}", rand(seed=u), 5, 0)
+        assert s == pytest.approx(1, abs=1e-6)
 
 
 def key(tenant="t1", revoked_at=None):

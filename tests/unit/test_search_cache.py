@@ -1,0 +1,280 @@
+"""The in-memory search path returns exactly what the store's path and brute force do."""
+
+import subprocess
+import sys
+import textwrap
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from memsvc.db import connect
+from memsvc.models import Memory
+from memsvc.search_cache import SearchCache
+from memsvc.similarity import exact_similarity
+from memsvc.store import Store
+
+DIMS = 32
+
+
+def clustered(rng, n, centroids):
+    c = centroids[rng.integers(0, len(centroids), n)]
+    v = c + rng.standard_normal((n, DIMS)) / np.sqrt(DIMS)
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = str(tmp_path / "db.sqlite3")
+    conn = connect(path)
+    store = Store(conn)
+    store.migrate("test:random", DIMS)
+    yield path, store
+    conn.close()
+
+
+def add(store, vectors, user="u", tenant="t", created=None):
+    memories = [
+        Memory(
+            str(uuid.uuid4()), tenant, user, f"m{i}", {}, created or 1000 + i, created or 1000 + i
+        )
+        for i in range(len(vectors))
+    ]
+    with store.write():
+        store.insert_memories(memories, vectors)
+    return memories
+
+
+def brute_force(store, user, query, k, threshold, tenant="t"):
+    """float64 over every stored vector, through vec0's own point lookups."""
+    rows = store.conn.execute(
+        "SELECT m.seq, m.created_at, m.id FROM memories m WHERE tenant = ? AND user_id = ?",
+        (tenant, user),
+    ).fetchall()
+    if not rows:
+        return []
+    vectors = np.array(
+        [
+            np.frombuffer(
+                store.conn.execute(
+                    "SELECT embedding FROM memory_vectors WHERE rowid = ?", (seq,)
+                ).fetchone()[0],
+                dtype=np.float32,
+            )
+            for seq, _, _ in rows
+        ]
+    )
+    sims = exact_similarity(vectors, query)
+    order = sorted(range(len(rows)), key=lambda i: (-sims[i], -rows[i][1], -rows[i][0]))
+    return [(rows[i][2], sims[i]) for i in order if sims[i] >= threshold][:k]
+
+
+def ids(results):
+    return [m.id for m, _ in results]
+
+
+def check_all_paths(store, cache, user, query, k, threshold):
+    expected = brute_force(store, user, query, k, threshold)
+    with store.read():
+        uncached = store.nearest("t", user, query, k, threshold)
+        cached = cache.nearest(store, "t", user, query, k, threshold)
+    assert ids(uncached) == [i for i, _ in expected]
+    assert ids(cached) == [i for i, _ in expected]
+    for (_, a), (_, b), (_, c) in zip(uncached, cached, expected, strict=True):
+        assert a == pytest.approx(c, abs=1e-12) and b == pytest.approx(c, abs=1e-12)
+
+
+def test_chunk_reader_agrees_with_vec0(db):
+    _, store = db
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((203, DIMS)).astype(np.float32)
+    memories = add(store, vectors)
+    add(store, rng.standard_normal((11, DIMS)).astype(np.float32), user="other")
+    with store.write():
+        for m in memories[::7]:
+            store.delete_memory("t", m.id)
+    seqs, created, got = store.user_vectors("t", "u")
+    assert len(seqs) == 203 - len(memories[::7])
+    for seq, vector in zip(seqs, got, strict=True):
+        (blob,) = store.conn.execute(
+            "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
+        ).fetchone()
+        assert np.array_equal(np.frombuffer(blob, dtype=np.float32), vector)
+    assert list(created) == sorted(created)
+
+
+@pytest.mark.parametrize("k, threshold", [(1, 0), (10, 0), (10, 0.5), (100, 0.2), (10, 0.99)])
+def test_cached_uncached_and_brute_force_agree(db, k, threshold):
+    _, store = db
+    rng = np.random.default_rng(k)
+    centroids = rng.standard_normal((5, DIMS))
+    add(store, clustered(rng, 500, centroids))
+    cache = SearchCache(64 * 2**20, DIMS)
+    for _ in range(10):
+        query = clustered(rng, 1, centroids)[0]
+        check_all_paths(store, cache, "u", query, k, threshold)
+
+
+def test_exact_ties_go_to_the_newest_on_every_path(db):
+    _, store = db
+    same = np.ones(DIMS, dtype=np.float32) / np.sqrt(DIMS)
+    add(store, np.stack([same] * 30), created=5000)
+    add(store, np.random.default_rng(0).standard_normal((30, DIMS)).astype(np.float32))
+    check_all_paths(store, SearchCache(2**20, DIMS), "u", same, 7, 0.5)
+
+
+def test_adds_and_deletes_are_seen_by_the_next_search(db):
+    _, store = db
+    rng = np.random.default_rng(3)
+    centroids = rng.standard_normal((3, DIMS))
+    memories = add(store, clustered(rng, 100, centroids))
+    cache = SearchCache(64 * 2**20, DIMS)
+    query = clustered(rng, 1, centroids)[0]
+    check_all_paths(store, cache, "u", query, 10, 0)
+    for step in range(20):
+        if step % 3 == 0:
+            with store.write():
+                store.delete_memory("t", memories.pop(rng.integers(len(memories))).id)
+        else:
+            memories += add(store, clustered(rng, 1 + step, centroids))
+        check_all_paths(store, cache, "u", query, 10, 0)
+    # The very vector just added is found first.
+    [newest] = add(store, query[None, :])
+    with store.read():
+        assert ids(cache.nearest(store, "t", "u", query, 1, 0)) == [newest.id]
+
+
+def test_many_deletes_are_compacted_away(db):
+    _, store = db
+    rng = np.random.default_rng(4)
+    memories = add(store, rng.standard_normal((40, DIMS)).astype(np.float32))
+    cache = SearchCache(64 * 2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    check_all_paths(store, cache, "u", query, 5, 0)
+    with store.write():
+        for m in memories[:30]:
+            store.delete_memory("t", m.id)
+    check_all_paths(store, cache, "u", query, 5, 0)
+    snap = cache._entries[("t", "u")]
+    assert snap.n == 10 and snap.alive is None
+
+
+def test_other_users_and_tenants_never_leak_into_a_search(db):
+    _, store = db
+    rng = np.random.default_rng(5)
+    target = rng.standard_normal(DIMS).astype(np.float32)
+    add(store, target[None, :], user="victim")
+    add(store, target[None, :], user="u", tenant="other-tenant")
+    mine = add(store, rng.standard_normal((3, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    with store.read():
+        found = cache.nearest(store, "t", "u", target, 10, 0)
+    assert set(ids(found)) == {m.id for m in mine}
+
+
+def test_memory_stays_within_the_bound_and_big_users_use_the_store(db):
+    _, store = db
+    rng = np.random.default_rng(6)
+    for u in range(10):
+        add(store, rng.standard_normal((50, DIMS)).astype(np.float32), user=f"u{u}")
+    add(store, rng.standard_normal((400, DIMS)).astype(np.float32), user="big")
+    cache = SearchCache(150 * (DIMS * 4 + 21) * 2, DIMS)  # room for ~300 rows incl. growth
+    for u in [f"u{u}" for u in range(10)] + ["big"]:
+        query = rng.standard_normal(DIMS).astype(np.float32)
+        check_all_paths(store, cache, u, query, 10, 0)
+        assert cache.nbytes <= cache.max_bytes
+    assert ("t", "big") not in cache._entries
+
+
+def test_replacing_every_vector_reloads_the_user(db):
+    from memsvc.services import memories as service
+    from tests.helpers import HashEmbedder
+
+    _, store = db
+    embedder = HashEmbedder(DIMS, "test:random")
+    service.add(store, embedder, "t", "u", "alpha", {})
+    cache = SearchCache(2**20, DIMS)
+    with store.read():
+        assert len(cache.nearest(store, "t", "u", embedder.vector("alpha"), 5, 0.99)) == 1
+    other = HashEmbedder(DIMS * 2, "test:other")
+    service.reembed(store, other)
+    cache.row_bytes = DIMS * 2 * 4 + 21
+    with store.read():
+        [(m, sim)] = cache.nearest(store, "t", "u", other.embed(["alpha"])[0], 5, 0.99)
+    assert m.content == "alpha" and sim == pytest.approx(1)
+
+
+def test_writes_from_another_process_are_seen_at_once(db):
+    path, store = db
+    rng = np.random.default_rng(7)
+    first = add(store, rng.standard_normal((20, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    check_all_paths(store, cache, "u", query, 50, 0)
+    script = textwrap.dedent(
+        f"""
+        import uuid, numpy as np
+        from memsvc.db import connect
+        from memsvc.models import Memory
+        from memsvc.store import Store
+        store = Store(connect({path!r}))
+        q = np.array({query.tolist()!r}, dtype=np.float32)
+        with store.write():
+            store.insert_memories(
+                [Memory("other-process", "t", "u", "x", {{}}, 1, 1)], q[None, :])
+            store.delete_memory("t", {first[0].id!r})
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    with store.read():
+        found = ids(cache.nearest(store, "t", "u", query, 50, 0))
+    assert found[0] == "other-process"
+    assert first[0].id not in found
+    check_all_paths(store, cache, "u", query, 50, 0)
+
+
+def test_searches_while_another_thread_writes_stay_exact(db):
+    path, store = db
+    rng = np.random.default_rng(8)
+    add(store, rng.standard_normal((100, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    errors = []
+    stop = threading.Event()
+
+    def writer():
+        conn = connect(path)
+        s = Store(conn)
+        r = np.random.default_rng(9)
+        try:
+            for _ in range(100):
+                add(s, r.standard_normal((2, DIMS)).astype(np.float32))
+        finally:
+            conn.close()
+            stop.set()
+
+    def reader():
+        conn = connect(path)
+        s = Store(conn)
+        r = np.random.default_rng(10)
+        try:
+            while not stop.is_set():
+                q = r.standard_normal(DIMS).astype(np.float32)
+                with s.read():
+                    got = cache.nearest(s, "t", "u", q, 5, 0)
+                    want = s.nearest("t", "u", q, 5, 0)
+                if ids(got) != ids(want):
+                    errors.append((ids(got), ids(want)))
+        except Exception as e:  # reported below
+            errors.append(e)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=writer)] + [
+        threading.Thread(target=reader) for _ in range(3)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert errors == []
