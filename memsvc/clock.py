@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import time
 
 
@@ -13,5 +12,8 @@ def now_ms() -> int:
 def iso(ms: int) -> str:
     """``2026-11-22T04:08:00.123Z``, as JavaScript's ``toISOString`` writes it."""
     seconds, millis = divmod(ms, 1000)
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+    t = time.gmtime(seconds)
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T"
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}.{millis:03d}Z"
+    )

@@ -47,5 +47,6 @@ control_socket_disable = True
 
 def post_worker_init(worker):
     # Load the embedding model now rather than on the first request.
-    runtime = worker.wsgi.extensions["memsvc"]
-    runtime.embedder.warm_up()
+    runtime = getattr(worker.wsgi, "extensions", {}).get("memsvc")
+    if runtime is not None:
+        runtime.embedder.warm_up()

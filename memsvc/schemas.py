@@ -1,4 +1,4 @@
-"""Input and output schemas of every procedure.
+"""Input schemas (marshmallow) and output shapes of every procedure.
 
 Inputs follow what tRPC's validators do: unknown keys are dropped, wrong
 types are errors (a number is never read from a string), and an error
@@ -20,6 +20,10 @@ from marshmallow import fields
 from marshmallow import validate
 
 from . import clock
+from .models import ApiKey
+from .models import CreatedKey
+from .models import Memory
+from .models import ScoredMemory
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 
@@ -186,54 +190,67 @@ class CreateKeyInput(Input):
 # -- outputs -----------------------------------------------------------------
 
 
-class Timestamp(fields.Field):
-    """Epoch milliseconds shown as ISO 8601 (UTC, milliseconds, ``Z``)."""
-
-    def _serialize(self, value: t.Any, attr: t.Any, obj: t.Any, **kwargs: t.Any) -> str | None:
-        return None if value is None else clock.iso(value)
+# Outputs are built by hand rather than dumped through marshmallow: they are
+# plain field renames, and a search answer or a page of 100 memories is
+# several times faster this way. Key order is the wire order.
 
 
-class MemoryOutput(Schema):
-    id = fields.String()
-    content = fields.String()
-    userId = fields.String(attribute="user_id")
-    idpUserId = fields.String(attribute="tenant")
-    metadata = fields.Raw()
-    createdAt = Timestamp(attribute="created_at")
-    updatedAt = Timestamp(attribute="updated_at")
+def memory_out(m: Memory) -> dict[str, t.Any]:
+    created = clock.iso(m.created_at)
+    return {
+        "id": m.id,
+        "content": m.content,
+        "userId": m.user_id,
+        "idpUserId": m.tenant,
+        "metadata": m.metadata,
+        "createdAt": created,
+        "updatedAt": created if m.updated_at == m.created_at else clock.iso(m.updated_at),
+    }
 
 
-class SearchResultOutput(MemoryOutput):
-    similarity = fields.Method("_similarity")
+def memories_out(memories: t.Iterable[Memory]) -> list[dict[str, t.Any]]:
+    return [memory_out(m) for m in memories]
 
-    def get_attribute(self, obj: t.Any, attr: str, default: t.Any) -> t.Any:
-        # A ScoredMemory: the similarity is its own, the rest its memory's.
-        if attr == "similarity":
-            return obj.similarity
-        return super().get_attribute(obj.memory, attr, default)
 
-    def _similarity(self, obj: t.Any) -> float | int:
+def search_results_out(results: t.Iterable[ScoredMemory]) -> list[dict[str, t.Any]]:
+    out = []
+    for r in results:
+        item = memory_out(r.memory)
         # JSON.stringify writes 1, not 1.0; match it for whole numbers.
-        return int(obj.similarity) if obj.similarity.is_integer() else obj.similarity
+        item["similarity"] = int(r.similarity) if r.similarity.is_integer() else r.similarity
+        out.append(item)
+    return out
 
 
-class KeyOutput(Schema):
-    id = fields.String()
-    idpUserId = fields.String(attribute="tenant")
-    idpKeyId = fields.String(attribute="key_id")
-    name = fields.String()
-    lastUsedAt = Timestamp(attribute="last_used_at")
-    createdAt = Timestamp(attribute="created_at")
-    revokedAt = Timestamp(attribute="revoked_at")
+def _iso_or_none(ms: int | None) -> str | None:
+    return None if ms is None else clock.iso(ms)
 
 
-class CreatedKeyOutput(Schema):
-    id = fields.String(attribute="key.id")
-    idpUserId = fields.String(attribute="key.tenant")
-    idpKeyId = fields.String(attribute="key.key_id")
-    name = fields.String(attribute="key.name")
-    secret = fields.String()
-    createdAt = Timestamp(attribute="key.created_at")
+def key_out(k: ApiKey) -> dict[str, t.Any]:
+    return {
+        "id": k.id,
+        "idpUserId": k.tenant,
+        "idpKeyId": k.key_id,
+        "name": k.name,
+        "lastUsedAt": _iso_or_none(k.last_used_at),
+        "createdAt": clock.iso(k.created_at),
+        "revokedAt": _iso_or_none(k.revoked_at),
+    }
+
+
+def keys_out(keys: t.Iterable[ApiKey]) -> list[dict[str, t.Any]]:
+    return [key_out(k) for k in keys]
+
+
+def created_key_out(c: CreatedKey) -> dict[str, t.Any]:
+    return {
+        "id": c.key.id,
+        "idpUserId": c.key.tenant,
+        "idpKeyId": c.key.key_id,
+        "name": c.key.name,
+        "secret": c.secret,
+        "createdAt": clock.iso(c.key.created_at),
+    }
 
 
 def error_text(messages: t.Any, prefix: str = "") -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import threading
 
 import numpy as np
@@ -99,7 +100,7 @@ class SearchCache:
         q = np.asarray(query, dtype=np.float32)
         # Embedders return unit vectors, but scale anyway so that scores
         # are cosines whatever was stored.
-        scores = (snap.matrix[:n] @ q) * snap.scale[:n] * np.float32(1 / np.linalg.norm(q))
+        scores = (snap.matrix[:n] @ q) * snap.scale[:n] * np.float32(1 / math.sqrt(q @ q))
         if snap.alive is not None:
             scores[~snap.alive[:n]] = -np.inf
         idx = candidates(scores, k, threshold)
@@ -162,8 +163,17 @@ class SearchCache:
 
     def _load(self, store: Store, tenant: str, user_id: str, state: UserState) -> _Snapshot | None:
         seqs, created, vectors = store.user_vectors(tenant, user_id)
-        matrix = np.ascontiguousarray(vectors, np.float32)
-        return _Snapshot(state, len(seqs), seqs, created, matrix, _inverse_norms(matrix), None)
+        snap = _Snapshot(
+            state,
+            0,
+            np.empty(0, np.int64),
+            np.empty(0, np.int64),
+            np.empty((0, vectors.shape[1] if vectors.size else 0), np.float32),
+            np.empty(0, np.float32),
+            None,
+        )
+        # Room to grow by a sixteenth before the first copy.
+        return _append(snap, seqs, created, vectors, spare=len(seqs) // 16)
 
     # -- the LRU ---------------------------------------------------------------------
 
@@ -200,7 +210,11 @@ def _behind(state: UserState, cached: UserState) -> bool:
 
 
 def _append(
-    snap: _Snapshot, seqs: np.ndarray, created: np.ndarray, vectors: np.ndarray
+    snap: _Snapshot,
+    seqs: np.ndarray,
+    created: np.ndarray,
+    vectors: np.ndarray,
+    spare: int | None = None,
 ) -> _Snapshot:
     m = len(seqs)
     if m == 0:
@@ -209,7 +223,8 @@ def _append(
     if snap.matrix.shape[1] != vectors.shape[1] and n:
         raise ValueError("vector dimension changed without a new generation")
     if n + m > len(snap.seqs) or snap.matrix.shape[1] != vectors.shape[1]:
-        capacity = max(n + m, int((n + m) * 1.5) + 8)
+        # Growing copies every row, so grow by a quarter at a time.
+        capacity = n + m + (spare if spare is not None else (n + m) // 4 + 8)
         grown = _Snapshot(
             snap.state,
             n,
@@ -254,6 +269,5 @@ def _compact(snap: _Snapshot) -> _Snapshot:
 def _inverse_norms(matrix: np.ndarray) -> np.ndarray:
     if matrix.size == 0:
         return np.zeros(len(matrix), dtype=np.float32)
-    norms = np.linalg.norm(matrix, axis=1)
-    with np.errstate(divide="ignore"):
-        return np.where(norms > 0, 1 / norms, 0).astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+    return np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0).astype(np.float32)

@@ -24,10 +24,11 @@ def exact_similarity(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row with ``query`` in float64, clamped into [0, 1]."""
     v = np.asarray(vectors, dtype=np.float64)
     q = np.asarray(query, dtype=np.float64)
-    norms = np.linalg.norm(v, axis=1) * np.linalg.norm(q)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cos = (v @ q) / norms
-    return np.clip(np.nan_to_num(cos, nan=0.0), 0.0, 1.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * np.sqrt(q @ q)
+    dots = v @ q
+    # A zero vector (never stored by memsvc's embedders) is similar to nothing.
+    cos = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    return np.clip(cos, 0.0, 1.0)
 
 
 def rank(

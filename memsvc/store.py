@@ -444,9 +444,12 @@ class Store:
         against vec0's own answers by the tests.
         """
         rows = self.conn.execute(
+            # vec0 declares a column named "rowid" in this table, which hides
+            # the real rowid (the chunk id) unless it is called _rowid_; a
+            # join on the column would scan every vector chunk.
             "SELECT c.validity, c.rowids, v.vectors "
             "FROM memory_vectors_chunks AS c "
-            "JOIN memory_vectors_vector_chunks00 AS v ON v.rowid = c.chunk_id "
+            "JOIN memory_vectors_vector_chunks00 AS v ON v._rowid_ = c.chunk_id "
             "WHERE c.partition00 = ? AND c.partition01 = ?",
             (tenant, user_id),
         ).fetchall()

@@ -70,7 +70,8 @@ class Procedure:
     type: str
     handler: t.Callable[..., t.Any]
     input: Schema | None
-    output: Schema | None
+    #: Turns the handler's result into the JSON value sent.
+    output: t.Callable[[t.Any], t.Any] | None
     middleware: tuple[Middleware, ...]
 
 
@@ -109,7 +110,12 @@ class Router(Blueprint):
         return self._procedure(name, MUTATION, **options)
 
     def _procedure(
-        self, name: str, type_: str, *, input: Schema | None = None, output: Schema | None = None
+        self,
+        name: str,
+        type_: str,
+        *,
+        input: Schema | None = None,
+        output: t.Callable[[t.Any], t.Any] | None = None,
     ) -> t.Callable[[t.Callable], t.Callable]:
         def decorator(handler: t.Callable) -> t.Callable:
             path = f"{self.name}.{name}"
@@ -213,7 +219,7 @@ def _execute(call: Call) -> t.Any:
             except ValidationError as e:
                 raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
         result = proc.handler(call, params)
-        return proc.output.dump(result) if proc.output is not None else result
+        return proc.output(result) if proc.output is not None else result
 
 
 class _Inputs:

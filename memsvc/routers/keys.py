@@ -16,12 +16,12 @@ from ..trpc import Router
 router = Router("keys", __name__, middleware=[auth.bearer_token])
 
 
-@router.query("list", output=schemas.KeyOutput(many=True))
+@router.query("list", output=schemas.keys_out)
 def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
     return keys.list_for(store(), call.caller.tenant)
 
 
-@router.mutation("create", input=schemas.CreateKeyInput(), output=schemas.CreatedKeyOutput())
+@router.mutation("create", input=schemas.CreateKeyInput(), output=schemas.created_key_out)
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     return keys.create(
         store(), call.caller.tenant, params["name"], current_app.config["API_KEY_WORD"]

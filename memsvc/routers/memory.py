@@ -16,7 +16,7 @@ from ..trpc import Router
 router = Router("memory", __name__, middleware=[auth.api_key, auth.limited, auth.record_use])
 
 
-@router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.MemoryOutput())
+@router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.memory_out)
 def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.add(
         store(),
@@ -28,7 +28,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("search", input=schemas.SearchInput(), output=schemas.SearchResultOutput(many=True))
+@router.query("search", input=schemas.SearchInput(), output=schemas.search_results_out)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.search(
         store(),
@@ -42,12 +42,12 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("getAll", input=schemas.GetAllInput(), output=schemas.MemoryOutput(many=True))
+@router.query("getAll", input=schemas.GetAllInput(), output=schemas.memories_out)
 def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get_all(store(), call.caller.tenant, params["userId"], params["limit"])
 
 
-@router.query("getById", input=schemas.IdInput(), output=schemas.MemoryOutput())
+@router.query("getById", input=schemas.IdInput(), output=schemas.memory_out)
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get(store(), call.caller.tenant, params["id"])
 

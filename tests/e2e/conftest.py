@@ -80,13 +80,20 @@ def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, s
     return env
 
 
-def start_server(tmp: pathlib.Path, *, deadline: float = 90, **settings: str) -> Server:
+def start_server(
+    tmp: pathlib.Path,
+    *,
+    deadline: float = 90,
+    app: str = "wsgi:app",
+    ready: str = "/health",
+    **settings: str,
+) -> Server:
     port = free_port()
     env = server_env(tmp / "memsvc.sqlite3", port, **settings)
     log = tmp / f"gunicorn-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "wsgi:app"],
+            [sys.executable, "-m", "gunicorn", app],
             cwd=REPO,
             env=env,
             stdout=out,
@@ -98,13 +105,13 @@ def start_server(tmp: pathlib.Path, *, deadline: float = 90, **settings: str) ->
         if proc.poll() is not None:
             pytest.fail(f"gunicorn exited with {proc.returncode}:\n{server.output()}")
         try:
-            if requests.get(server.url + "/health", timeout=2).status_code == 200:
+            if requests.get(server.url + ready, timeout=2).status_code == 200:
                 return server
         except requests.ConnectionError:
             pass
         time.sleep(0.2)
     server.stop()
-    pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{server.output()}")
+    pytest.fail(f"gunicorn did not answer {ready} within {deadline}s:\n{server.output()}")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,25 @@
+"""The lower bound for tests/bench/http_search.py: Flask returning a constant.
+
+Served by gunicorn with memsvc's own settings, it answers the same URL with
+a fixed body of about the size memsvc returns, doing no work at all.
+"""
+
+from flask import Flask
+from flask import Response
+
+app = Flask(__name__)
+BODY = (
+    '{"result":{"data":['
+    + ",".join(
+        '{"id":"6b0c0a5e-3f1d-4f0e-9c7e-2b1e6e1f8a%02d","content":"fact %d about tea",'
+        '"userId":"u","idpUserId":"bench","metadata":{},"createdAt":"2026-11-22T00:00:00.000Z",'
+        '"updatedAt":"2026-11-22T00:00:00.000Z","similarity":0.5}' % (i, i)
+        for i in range(10)
+    )
+    + "]}}"
+)
+
+
+@app.get("/trpc/memory.search")
+def search() -> Response:
+    return Response(BODY, mimetype="application/json")
