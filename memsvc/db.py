@@ -65,7 +65,9 @@ def driver() -> types.ModuleType:
     )
 
 
-def connect(path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL") -> Connection:
+def connect(
+    path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL", mmap_mb: int = 0
+) -> Connection:
     """Open ``path`` with sqlite-vec loaded and memsvc's pragmas set.
 
     The connection is in autocommit mode: the store opens every transaction
@@ -86,6 +88,7 @@ def connect(path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FUL
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute(f"PRAGMA mmap_size = {int(mmap_mb) * 1024 * 1024}")
     except Exception:
         conn.close()
         raise
@@ -100,9 +103,20 @@ class Database:
     lazily, so none exists before gunicorn forks its workers.
     """
 
-    def __init__(self, path: str, *, busy_timeout_ms: int = 10_000, synchronous: str = "FULL"):
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout_ms: int = 10_000,
+        synchronous: str = "FULL",
+        mmap_mb: int = 0,
+    ):
         self.path = path
-        self._options = {"busy_timeout_ms": busy_timeout_ms, "synchronous": synchronous}
+        self._options = {
+            "busy_timeout_ms": busy_timeout_ms,
+            "synchronous": synchronous,
+            "mmap_mb": mmap_mb,
+        }
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[Connection] = []

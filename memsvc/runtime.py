@@ -32,6 +32,7 @@ class Runtime:
             config["DATABASE"],
             busy_timeout_ms=config["SQLITE_BUSY_TIMEOUT_MS"],
             synchronous=config["SQLITE_SYNCHRONOUS"],
+            mmap_mb=config["SQLITE_MMAP_MB"],
         )
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.

@@ -8,16 +8,12 @@ from flask import Flask
 from flask import Response
 
 app = Flask(__name__)
-BODY = (
-    '{"result":{"data":['
-    + ",".join(
-        '{"id":"6b0c0a5e-3f1d-4f0e-9c7e-2b1e6e1f8a%02d","content":"fact %d about tea",'
-        '"userId":"u","idpUserId":"bench","metadata":{},"createdAt":"2026-11-22T00:00:00.000Z",'
-        '"updatedAt":"2026-11-22T00:00:00.000Z","similarity":0.5}' % (i, i)
-        for i in range(10)
-    )
-    + "]}}"
+ITEM = (
+    '{{"id":"6b0c0a5e-3f1d-4f0e-9c7e-2b1e6e1f8a{i:02d}","content":"fact {i} about tea",'
+    '"userId":"u","idpUserId":"bench","metadata":{{}},"createdAt":"2026-11-22T00:00:00.000Z",'
+    '"updatedAt":"2026-11-22T00:00:00.000Z","similarity":0.5}}'
 )
+BODY = '{"result":{"data":[' + ",".join(ITEM.format(i=i) for i in range(10)) + "]}}"
 
 
 @app.get("/trpc/memory.search")

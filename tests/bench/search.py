@@ -81,7 +81,7 @@ def build(path: str, n_large: int, seed: int) -> tuple[Store, np.ndarray, float]
         [np.full(n_large, -1), np.repeat(np.arange(SMALL_USERS), SMALL_MEMORIES)]
     )
     rng.shuffle(owners)
-    store = Store(connect(path))
+    store = Store(connect(path, mmap_mb=1024))  # memsvc's default
     store.migrate("bench:random", DIMS)
     started = time.perf_counter()
     for start in range(0, len(owners), 1000):

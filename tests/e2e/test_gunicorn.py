@@ -32,16 +32,25 @@ def test_health(server):
 def test_writes_are_visible_to_every_worker_at_once(server):
     key = server.create_key()
     user = "rw-check"
-    for i in range(20):
-        # A new connection each time, so requests spread over the workers.
-        added = call(server, "POST", "memory.add", {"userId": user, "content": f"fact {i}"}, key)
+    ids = []
+    for i in range(12):
+        # A new connection each time, so requests spread over the workers,
+        # whose search caches must all notice the write at once.
+        content = f"The user's favourite number is {i * 7919}"
+        added = call(server, "POST", "memory.add", {"userId": user, "content": content}, key)
         assert added.status_code == 200, added.text
-        got = call(
-            server, "GET", "memory.getById", {"id": added.json()["result"]["data"]["id"]}, key
-        )
-        assert got.status_code == 200
+        ids.append(added.json()["result"]["data"]["id"])
+        assert call(server, "GET", "memory.getById", {"id": ids[-1]}, key).status_code == 200
         listed = call(server, "GET", "memory.getAll", {"userId": user}, key).json()
         assert len(listed["result"]["data"]) == i + 1
+        found = call(server, "GET", "memory.search", {"userId": user, "query": content}, key)
+        assert found.json()["result"]["data"][0]["id"] == ids[-1]
+    everything = {"userId": user, "query": "x", "threshold": 0, "limit": 100}
+    for memory_id in ids[:6]:
+        assert call(server, "POST", "memory.delete", {"id": memory_id}, key).status_code == 200
+        for _ in range(3):
+            found = call(server, "GET", "memory.search", everything, key).json()
+            assert memory_id not in [m["id"] for m in found["result"]["data"]]
 
 
 def test_long_query_urls_are_served(server):
