@@ -162,18 +162,13 @@ class SearchCache:
         return snap
 
     def _load(self, store: Store, tenant: str, user_id: str, state: UserState) -> _Snapshot | None:
-        seqs, created, vectors = store.user_vectors(tenant, user_id)
-        snap = _Snapshot(
-            state,
-            0,
-            np.empty(0, np.int64),
-            np.empty(0, np.int64),
-            np.empty((0, vectors.shape[1] if vectors.size else 0), np.float32),
-            np.empty(0, np.float32),
-            None,
-        )
         # Room to grow by a sixteenth before the first copy.
-        return _append(snap, seqs, created, vectors, spare=len(seqs) // 16)
+        spare = state.count // 16 + 8
+        seqs, created, matrix = store.user_vectors(tenant, user_id, spare=spare)
+        n = len(seqs) - spare
+        scale = np.zeros(len(seqs), dtype=np.float32)
+        scale[:n] = _inverse_norms(matrix[:n])
+        return _Snapshot(state, n, seqs, created, matrix, scale, None)
 
     # -- the LRU ---------------------------------------------------------------------
 
@@ -210,11 +205,7 @@ def _behind(state: UserState, cached: UserState) -> bool:
 
 
 def _append(
-    snap: _Snapshot,
-    seqs: np.ndarray,
-    created: np.ndarray,
-    vectors: np.ndarray,
-    spare: int | None = None,
+    snap: _Snapshot, seqs: np.ndarray, created: np.ndarray, vectors: np.ndarray
 ) -> _Snapshot:
     m = len(seqs)
     if m == 0:
@@ -224,7 +215,7 @@ def _append(
         raise ValueError("vector dimension changed without a new generation")
     if n + m > len(snap.seqs) or snap.matrix.shape[1] != vectors.shape[1]:
         # Growing copies every row, so grow by a quarter at a time.
-        capacity = n + m + (spare if spare is not None else (n + m) // 4 + 8)
+        capacity = n + m + (n + m) // 4 + 8
         grown = _Snapshot(
             snap.state,
             n,

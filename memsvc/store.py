@@ -404,46 +404,52 @@ class Store:
         return UserState(*row) if row else None
 
     def user_vectors(
-        self, tenant: str, user_id: str, after_seq: int = 0
+        self, tenant: str, user_id: str, after_seq: int = 0, spare: int = 0
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(seqs, created_at, vectors)`` of a user's memories with seq > ``after_seq``.
 
+        Rows are in seq order. ``spare`` extra rows, zeroed, are allocated at
+        the end of each array, for a caller that will append to them.
         Everything (``after_seq`` 0) is read a chunk at a time straight from
-        vec0's storage, one blob per 8 vectors; a few new memories are read
-        one by one.
+        vec0's storage, one blob per 8 vectors, into one array; a few new
+        memories are read one by one.
         """
         index = self.conn.execute(
             "SELECT seq, created_at FROM memories WHERE tenant = ? AND user_id = ? AND seq > ? "
             "ORDER BY seq",
             (tenant, user_id, after_seq),
         ).fetchall()
-        seqs = np.array([row[0] for row in index], dtype=np.int64)
-        created = np.array([row[1] for row in index], dtype=np.int64)
-        if len(seqs) == 0:
-            return seqs, created, np.empty((0, 0), dtype=np.float32)
-        if after_seq == 0 or len(seqs) > 256:
-            found, vectors = self._vector_chunks(tenant, user_id)
-            where = np.searchsorted(found, seqs)
-            vectors = vectors[where]
+        n = len(index)
+        seqs = np.zeros(n + spare, dtype=np.int64)
+        created = np.zeros(n + spare, dtype=np.int64)
+        if n == 0:
+            return seqs, created, np.zeros((spare, 0), dtype=np.float32)
+        seqs[:n] = [row[0] for row in index]
+        created[:n] = [row[1] for row in index]
+        if after_seq == 0 or n > 256:
+            vectors = self._vector_chunks(tenant, user_id, seqs[:n], spare)
         else:
             blobs = [
                 self.conn.execute(
                     "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
                 ).fetchone()[0]
-                for seq in seqs
+                for seq in seqs[:n]
             ]
-            vectors = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(seqs), -1)
+            found = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, -1)
+            vectors = np.zeros((n + spare, found.shape[1]), dtype=np.float32)
+            vectors[:n] = found
         return seqs, created, vectors
 
-    def _vector_chunks(self, tenant: str, user_id: str) -> tuple[np.ndarray, np.ndarray]:
-        """All of a user's vectors, by seq, read from vec0's chunk tables.
+    def _vector_chunks(self, tenant: str, user_id: str, seqs: np.ndarray, spare: int) -> np.ndarray:
+        """The vectors of ``seqs`` (ascending), read from vec0's chunk tables.
 
         A chunk row holds a validity bitmap (bit i little-endian: slot i is
         in use), the slots' rowids (int64) and, in the vector chunk table,
         the slots' vectors (float32) back to back; the layout is checked
-        against vec0's own answers by the tests.
+        against vec0's own answers by the tests. Each chunk is copied
+        straight into its rows of one array: no intermediate copies.
         """
-        rows = self.conn.execute(
+        cursor = self.conn.execute(
             # vec0 declares a column named "rowid" in this table, which hides
             # the real rowid (the chunk id) unless it is called _rowid_; a
             # join on the column would scan every vector chunk.
@@ -452,18 +458,25 @@ class Store:
             "JOIN memory_vectors_vector_chunks00 AS v ON v._rowid_ = c.chunk_id "
             "WHERE c.partition00 = ? AND c.partition01 = ?",
             (tenant, user_id),
-        ).fetchall()
-        seqs, vectors = [], []
-        for validity, rowids, blob in rows:
-            valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-            valid = valid.astype(bool)
+        )
+        n = len(seqs)
+        out: np.ndarray | None = None
+        filled = 0
+        for validity, rowids, blob in cursor:
             ids = np.frombuffer(rowids, dtype=np.int64)
+            valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+            valid = valid[: len(ids)].astype(bool)
+            if not valid.any():
+                continue
             vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
-            seqs.append(ids[valid[: len(ids)]])
-            vectors.append(vecs[valid[: len(ids)]])
-        all_seqs = np.concatenate(seqs)
-        order = np.argsort(all_seqs)
-        return all_seqs[order], np.concatenate(vectors)[order]
+            if out is None:
+                out = np.zeros((n + spare, vecs.shape[1]), dtype=np.float32)
+            where = np.searchsorted(seqs, ids[valid])
+            out[where] = vecs[valid]
+            filled += len(where)
+        if out is None or filled != n:
+            raise RuntimeError(f"vectors of {tenant}/{user_id}: found {filled} of {n}")
+        return out
 
     def user_seqs(self, tenant: str, user_id: str) -> np.ndarray:
         """The seqs of a user's memories, ascending."""
