@@ -47,6 +47,9 @@ bench: install
 	$(BIN)/python tests/bench/thresholds.py
 	$(BIN)/python tests/bench/last_used.py
 	$(BIN)/python tests/bench/limits.py
+	$(BIN)/python tests/bench/search.py
+	@if command -v wrk >/dev/null; then $(BIN)/python tests/bench/http_search.py; \
+	else echo "skipping tests/bench/http_search.py: it needs wrk (apt-get install wrk)"; fi
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info
