@@ -486,6 +486,46 @@ class Store:
         ).fetchall()
         return np.array([row[0] for row in rows], dtype=np.int64)
 
+    # -- backups ------------------------------------------------------------
+
+    def backup(self, path: str) -> dict[str, int]:
+        """Copy the whole database to ``path``, consistently, while it is in use.
+
+        SQLite's online backup copies every page in one step inside one
+        read transaction: a snapshot of one moment, taken without stopping
+        writers (WAL lets them go on). The copy is written beside ``path``,
+        checked, flushed to disk, and only then renamed into place.
+        """
+        from .db import driver
+
+        tmp = f"{path}.partial"
+        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        dest = driver().connect(tmp, isolation_level=None)
+        try:
+            self.conn.backup(dest, pages=-1)
+            (check,) = dest.execute("PRAGMA integrity_check").fetchone()
+            if check != "ok":
+                raise RuntimeError(f"the copy failed its integrity check: {check}")
+            counts = {
+                "memories": dest.execute("SELECT count(*) FROM memories").fetchone()[0],
+                "api_keys": dest.execute("SELECT count(*) FROM api_keys").fetchone()[0],
+            }
+            dest.execute("PRAGMA journal_mode = DELETE")  # one self-contained file
+        finally:
+            dest.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+        counts["bytes"] = os.path.getsize(path)
+        return counts
+
     # -- API keys -----------------------------------------------------------
 
     def insert_key(self, key: ApiKey, secret_hash: bytes) -> None:
