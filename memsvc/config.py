@@ -35,6 +35,10 @@ DEFAULTS: dict[str, t.Any] = {
     "EMBEDDING_SEND_DIMENSIONS": None,
     "EMBEDDING_TIMEOUT": 10.0,
     "EMBEDDING_MAX_RETRIES": 2,
+    # Calls per worker process waiting on the provider at once; keep it
+    # below gunicorn's threads per worker (4) so a slow provider always
+    # leaves a thread for everything else.
+    "EMBEDDING_MAX_CONCURRENCY": 3,
     "API_KEY_WORD": "memsvc",
     # Per worker process: users' vectors kept in memory for search. 0: none.
     "SEARCH_CACHE_MB": 256,
@@ -108,6 +112,7 @@ _RULES: dict[str, tuple[t.Callable[[t.Any], bool], str]] = {
     "EMBEDDING_SEND_DIMENSIONS": (lambda v: v is None or isinstance(v, bool), "true or false"),
     "EMBEDDING_TIMEOUT": (_positive_number, "a positive number of seconds"),
     "EMBEDDING_MAX_RETRIES": (_non_negative_int, "a whole number"),
+    "EMBEDDING_MAX_CONCURRENCY": (_positive_int, "a positive whole number"),
     "API_KEY_WORD": (_word, "letters and digits only"),
     "SEARCH_CACHE_MB": (_non_negative_int, "a whole number of megabytes (0: no cache)"),
     "RATE_LIMIT_PER_MINUTE": (

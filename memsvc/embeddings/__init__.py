@@ -71,6 +71,7 @@ def make_embedder(config: t.Mapping[str, t.Any]) -> Embedder:
             send_dimensions=config["EMBEDDING_SEND_DIMENSIONS"],
             timeout=config["EMBEDDING_TIMEOUT"],
             max_retries=config["EMBEDDING_MAX_RETRIES"],
+            max_concurrency=config["EMBEDDING_MAX_CONCURRENCY"],
         )
     from .local import LocalEmbedder
 

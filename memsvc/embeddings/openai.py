@@ -3,8 +3,15 @@
 Works with OpenAI, Azure OpenAI's compatible endpoint, Ollama, vLLM, TEI,
 LiteLLM and the like. Failures that may pass (timeouts, refused
 connections, 429 and 5xx answers) are retried a bounded number of times
-with exponential backoff, within an overall deadline so that a slow
-provider cannot hold a worker indefinitely.
+with exponential backoff, within an overall deadline.
+
+A slow or failing provider must not take the whole service down with it:
+
+* at most ``max_concurrency`` calls per worker process wait on the provider
+  at once (fewer than its threads); a call beyond that fails at once, so
+  reads, health checks and key management always find a free thread;
+* after ``BREAKER_FAILURES`` calls in a row fail, calls fail at once for
+  ``BREAKER_SECONDS``, then one call probes whether the provider is back.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class OpenAIEmbedder:
         send_dimensions: bool | None = None,
         timeout: float = 10.0,
         max_retries: int = 2,
+        max_concurrency: int = 3,
     ):
         self.endpoint = url.rstrip("/") + "/embeddings"
         self.model = model
@@ -74,6 +82,16 @@ class OpenAIEmbedder:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._local = threading.local()
         self.sleep: t.Callable[[float], None] = time.sleep
+        self.clock: t.Callable[[], float] = time.monotonic
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self.max_concurrency = max_concurrency
+        self._breaker_lock = threading.Lock()
+        self._failures = 0  # calls failed in a row
+        self._open_until = 0.0
+        self._probing = False
+
+    BREAKER_FAILURES = 3
+    BREAKER_SECONDS = 10.0
 
     def _session(self) -> requests.Session:
         # One keep-alive session per thread: connections are reused across
@@ -87,6 +105,58 @@ class OpenAIEmbedder:
         pass  # nothing to load; connections open on first use
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        probe = self._admit()
+        if not self._slots.acquire(blocking=False):
+            self._settle(probe, ok=None)
+            raise ProviderError(
+                f"embedding provider busy: {self.max_concurrency} calls from this worker are "
+                "already waiting on it; try again shortly"
+            )
+        try:
+            vectors = self._embed(texts)
+        except ProviderError:
+            self._settle(probe, ok=False)
+            raise
+        except BaseException:
+            self._settle(probe, ok=None)
+            raise
+        finally:
+            self._slots.release()
+        self._settle(probe, ok=True)
+        return vectors
+
+    def _admit(self) -> bool:
+        """Pass the circuit breaker, or raise; True if this call is the probe."""
+        with self._breaker_lock:
+            if self._failures < self.BREAKER_FAILURES:
+                return False
+            wait = self._open_until - self.clock()
+            if wait > 0 or self._probing:
+                raise ProviderError(
+                    f"embedding provider failed: {self._failures} calls in a row failed; "
+                    f"not calling it for {max(wait, 0):.0f}s more"
+                )
+            self._probing = True
+            return True
+
+    def _settle(self, probe: bool, ok: bool | None) -> None:
+        """Record a call's outcome (None: it says nothing about the provider)."""
+        with self._breaker_lock:
+            if probe:
+                self._probing = False
+            if ok is True:
+                self._failures = 0
+            elif ok is False:
+                self._failures += 1
+                if self._failures >= self.BREAKER_FAILURES:
+                    self._open_until = self.clock() + self.BREAKER_SECONDS
+                    log.warning(
+                        "embedding provider: %d calls in a row failed; pausing calls for %gs",
+                        self._failures,
+                        self.BREAKER_SECONDS,
+                    )
+
+    def _embed(self, texts: t.Sequence[str]) -> np.ndarray:
         payload: dict[str, t.Any] = {"model": self.model, "input": list(texts)}
         if self.send_dimensions:
             payload["dimensions"] = self.dimensions

@@ -182,3 +182,68 @@ def test_the_provider_key_never_appears_in_errors(embedder, caplog):
         embedder.embed(["x"])
     assert API_KEY not in str(e.value)
     assert API_KEY not in caplog.text
+
+
+@responses.activate
+def test_the_breaker_stops_calling_a_failing_provider_then_probes(embedder):
+    now = [1000.0]
+    embedder.clock = lambda: now[0]
+    responses.post(ENDPOINT, status=503)
+    for _ in range(embedder.BREAKER_FAILURES):
+        with pytest.raises(ProviderError, match="HTTP 503"):
+            embedder.embed(["x"])
+    calls = len(responses.calls)
+    with pytest.raises(ProviderError, match="calls in a row failed; not calling it for 10s"):
+        embedder.embed(["x"])
+    assert len(responses.calls) == calls  # failed at once, provider left alone
+    now[0] += embedder.BREAKER_SECONDS
+    responses.replace(responses.POST, ENDPOINT, json=ok([[1, 0, 0, 0]]))
+    embedder.embed(["x"])  # the probe succeeds and closes the breaker
+    embedder.embed(["y"])
+    assert len(responses.calls) == calls + 2
+
+
+@responses.activate
+def test_rejected_text_does_not_trip_the_breaker(embedder):
+    responses.post(ENDPOINT, status=400, json={"error": {"message": "too long"}})
+    for _ in range(embedder.BREAKER_FAILURES + 2):
+        with pytest.raises(InputTooLong):
+            embedder.embed(["x"])
+    assert len(responses.calls) == embedder.BREAKER_FAILURES + 2
+
+
+def test_at_most_max_concurrency_calls_wait_on_the_provider():
+    import threading
+
+    from tests.e2e.fake_provider import FakeProvider
+
+    with FakeProvider(delay=1.0, dimensions=4) as provider:
+        e = OpenAIEmbedder(
+            url=provider.url, api_key=None, model="m", dimensions=4, max_concurrency=2
+        )
+        results = []
+        started = threading.Barrier(3)
+
+        def call():
+            started.wait()
+            try:
+                e.embed(["slow one"])
+                results.append("ok")
+            except ProviderError as err:
+                results.append(str(err))
+
+        threads = [threading.Thread(target=call) for _ in range(2)]
+        for th in threads:
+            th.start()
+        started.wait()
+        import time
+
+        time.sleep(0.3)  # both are inside the provider call now
+        t0 = time.monotonic()
+        with pytest.raises(ProviderError, match="busy: 2 calls from this worker"):
+            e.embed(["third"])
+        assert time.monotonic() - t0 < 0.5  # refused at once, not queued
+        for th in threads:
+            th.join()
+        assert results == ["ok", "ok"]
+        assert provider.peak["slow"] == 2
