@@ -58,6 +58,19 @@ def make_app(tmp_path, db_path, local_embedder):
 
 
 @pytest.fixture
+def configured(make_app):
+    """A client of an app made with these settings, and headers holding a new API key."""
+
+    def make(**settings):
+        app = make_app(**settings)
+        with app.app_context():
+            secret = keys.create(request_store(), "tenant-A", "test", "memsvc").secret
+        return app.test_client(), {"x-api-key": secret}
+
+    return make
+
+
+@pytest.fixture
 def app(make_app):
     return make_app()
 

@@ -2,7 +2,6 @@
 
 from memsvc.cli import cli
 from memsvc.runtime import store
-from memsvc.services import keys
 from tests.helpers import assert_error
 from tests.helpers import assert_error_item
 from tests.helpers import data
@@ -57,20 +56,15 @@ def test_unauthenticated_calls_are_not_counted(client, key):
     assert get_all(client, key).status_code == 200
 
 
-def test_global_limits_are_settings(make_app):
-    app = make_app(RATE_LIMIT_PER_MINUTE=3)
-    with app.app_context():
-        secret = keys.create(store(), "t", "k", "memsvc").secret
-    client = app.test_client()
+def test_global_limits_are_settings(configured):
+    client, auth = configured(RATE_LIMIT_PER_MINUTE=3)
+    secret = auth["x-api-key"]
     assert [get_all(client, secret).status_code for _ in range(4)] == [200, 200, 200, 429]
 
 
-def test_zero_turns_the_limits_off(make_app):
-    app = make_app(RATE_LIMIT_PER_MINUTE=0, CONCURRENCY_LIMIT=0)
-    with app.app_context():
-        secret = keys.create(store(), "t", "k", "memsvc").secret
-    client = app.test_client()
-    assert all(get_all(client, secret).status_code == 200 for _ in range(150))
+def test_zero_turns_the_limits_off(configured):
+    client, auth = configured(RATE_LIMIT_PER_MINUTE=0, CONCURRENCY_LIMIT=0)
+    assert all(get_all(client, auth["x-api-key"]).status_code == 200 for _ in range(150))
 
 
 def test_per_key_limits_from_the_command_line(app, client, runner):

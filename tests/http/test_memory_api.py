@@ -99,16 +99,10 @@ def test_add_rejects_deeply_nested_metadata(client, auth):
     assert "nested more than 32 levels" in error["message"]
 
 
-def test_add_rejects_oversized_metadata(make_app):
-    app = make_app(MAX_METADATA_BYTES=100)
-    with app.app_context():
-        secret = keys.create(store(), "t", "k", "memsvc").secret
-    resp = mutate(
-        app.test_client(),
-        "memory.add",
-        {"userId": "u", "content": "x", "metadata": {"k": "v" * 200}},
-        headers={"x-api-key": secret},
-    )
+def test_add_rejects_oversized_metadata(configured):
+    client, auth = configured(MAX_METADATA_BYTES=100)
+    body = {"userId": "u", "content": "x", "metadata": {"k": "v" * 200}}
+    resp = mutate(client, "memory.add", body, headers=auth)
     error = assert_error(resp, 400, "BAD_REQUEST", "memory.add")
     assert "at most 100 bytes" in error["message"]
 
@@ -119,16 +113,9 @@ def test_content_too_long_for_the_model_is_400_saying_so(client, auth):
     assert "too long for the embedding model" in error["message"]
 
 
-def test_content_over_the_character_limit_is_400(make_app):
-    app = make_app(MAX_CONTENT_CHARS=10)
-    with app.app_context():
-        secret = keys.create(store(), "t", "k", "memsvc").secret
-    resp = mutate(
-        app.test_client(),
-        "memory.add",
-        {"userId": "u", "content": "x" * 11},
-        headers={"x-api-key": secret},
-    )
+def test_content_over_the_character_limit_is_400(configured):
+    client, auth = configured(MAX_CONTENT_CHARS=10)
+    resp = mutate(client, "memory.add", {"userId": "u", "content": "x" * 11}, headers=auth)
     error = assert_error(resp, 400, "BAD_REQUEST", "memory.add")
     assert "content: must be at most 10 characters" in error["message"]
 

@@ -148,17 +148,9 @@ def test_invalid_utf8_in_the_query_is_400(client, auth):
     assert "UTF-8" in error["message"]
 
 
-def test_a_body_over_the_limit_is_413(make_app, new_key):
-    app = make_app(MAX_CONTENT_LENGTH=1000)
-    client = app.test_client()
-    with app.app_context():
-        from memsvc.runtime import store
-        from memsvc.services import keys
-
-        secret = keys.create(store(), "t", "k", "memsvc").secret
-    resp = mutate(
-        client, "memory.add", {"userId": "u", "content": "x" * 2000}, headers={"x-api-key": secret}
-    )
+def test_a_body_over_the_limit_is_413(configured):
+    client, auth = configured(MAX_CONTENT_LENGTH=1000)
+    resp = mutate(client, "memory.add", {"userId": "u", "content": "x" * 2000}, headers=auth)
     error = assert_error(resp, 413, "PAYLOAD_TOO_LARGE", "memory.add")
     assert "1000 bytes" in error["message"]
 
