@@ -41,6 +41,8 @@ def create_app(
     :raises ConfigError: a setting is invalid, or the database cannot be used.
     """
     app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
+    # "/trpc//memory.add" is an unknown procedure (404), not a redirect.
+    app.url_map.merge_slashes = False
     app.config.from_mapping(config.DEFAULTS)
     app.config.from_pyfile("config.py", silent=True)
     app.config.from_prefixed_env("MEMSVC")

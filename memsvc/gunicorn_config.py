@@ -37,6 +37,10 @@ preload_app = True
 # limit to gunicorn's internal cap of 1 MiB, the same as memsvc's body limit.
 limit_request_line = 0
 
+# Identity providers' tokens with many claims can exceed gunicorn's default
+# 8 KiB per header, which it would refuse with an HTML 431.
+limit_request_field_size = 32768
+
 accesslog = "-"
 errorlog = "-"
 

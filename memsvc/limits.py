@@ -76,7 +76,12 @@ class _KeyState:
 
     def __del__(self) -> None:
         # The arrays keep the mapping alive until they go; then it is unmapped.
-        os.close(self.fd)
+        fd = getattr(self, "fd", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except (OSError, TypeError, AttributeError):
+                pass  # already closed, or the interpreter is shutting down
 
     def _map(self) -> None:
         size = os.fstat(self.fd).st_size // 8 * 8

@@ -25,7 +25,7 @@ from .models import CreatedKey
 from .models import Memory
 from .models import ScoredMemory
 
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 _MESSAGES = {
     "required": "is required",
@@ -74,7 +74,7 @@ class Uuid(fields.String):
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if not _UUID.match(text):
+        if not _UUID.fullmatch(text):
             raise ValidationError("must be a UUID")
         return text.lower()
 

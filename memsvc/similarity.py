@@ -20,15 +20,28 @@ import numpy as np
 ERROR = 5e-4
 
 
+_BLOCK = 4096  # rows converted to float64 at a time
+
+
 def exact_similarity(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row with ``query`` in float64, clamped into [0, 1]."""
-    v = np.asarray(vectors, dtype=np.float64)
+    """Cosine similarity of each row with ``query`` in float64, clamped into [0, 1].
+
+    Row by row, with numpy's own summation rather than BLAS: a BLAS
+    product may round a row differently depending on where it sits, and
+    identical memories must score identically so that ties go by age.
+    """
     q = np.asarray(query, dtype=np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * np.sqrt(q @ q)
-    dots = v @ q
-    # A zero vector (never stored by memsvc's embedders) is similar to nothing.
-    cos = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-    return np.clip(cos, 0.0, 1.0)
+    q_norm = np.sqrt(np.sum(q * q))
+    out = np.zeros(len(vectors), dtype=np.float64)
+    for start in range(0, len(vectors), _BLOCK):
+        v = np.asarray(vectors[start : start + _BLOCK], dtype=np.float64)
+        dots = np.sum(v * q, axis=1)
+        norms = np.sqrt(np.sum(v * v, axis=1)) * q_norm
+        # A zero vector (never stored by memsvc's embedders) is similar to nothing.
+        out[start : start + len(v)] = np.divide(
+            dots, norms, out=np.zeros_like(dots), where=norms > 0
+        )
+    return np.clip(out, 0.0, 1.0)
 
 
 def rank(

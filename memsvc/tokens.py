@@ -64,6 +64,17 @@ LOCAL_ISSUER = "memsvc"
 SECRET_FILE = "jwt-secret"
 
 
+MAX_TENANT_CHARS = 512
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")  # a lone surrogate from JSON cannot be
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class TokenVerifier(t.Protocol):
     mode: str
 
@@ -100,6 +111,8 @@ class _ClaimsChecker:
         tenant = claims.get(self.tenant_claim)
         if not isinstance(tenant, str) or not tenant.strip():
             raise Unauthorized(f"Token has no '{self.tenant_claim}' claim naming the tenant")
+        if len(tenant) > MAX_TENANT_CHARS or not _is_text(tenant):
+            raise Unauthorized(f"Token's '{self.tenant_claim}' claim is not a usable tenant id")
         return tenant
 
 

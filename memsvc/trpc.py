@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import typing as t
 from urllib.parse import unquote_to_bytes
 
@@ -256,17 +257,29 @@ class _Inputs:
             if not raw:
                 return UNDEFINED
             return parse_json(raw)
-        try:
-            body = request.get_data(cache=True)
-        except RequestEntityTooLarge:
-            raise PayloadTooLarge(
-                f"Request body is larger than {current_app.config['MAX_CONTENT_LENGTH']} bytes"
-            ) from None
+        body = _read_body()
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise BadRequest("Request body is not valid UTF-8") from None
         return parse_json(text.removeprefix("\ufeff"))
+
+
+def _read_body() -> bytes:
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    too_large = PayloadTooLarge(f"Request body is larger than {limit} bytes")
+    if request.content_length is not None:
+        try:
+            return request.get_data(cache=True)
+        except RequestEntityTooLarge:
+            raise too_large from None
+    # A chunked body has no length up front; Werkzeug would quietly stop
+    # reading at the limit, so read one byte past it to tell.
+    stream = request.environ.get("wsgi.input")
+    body = stream.read(limit + 1) if stream is not None else b""
+    if len(body) > limit:
+        raise too_large
+    return body
 
 
 def _query_input() -> str | None:
@@ -286,12 +299,21 @@ def _reject_constant(name: str) -> t.NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    # 1e999 is valid JSON syntax but no double: Python would read it as
+    # infinity, which JSON cannot carry back out.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
 def parse_json(text: str) -> t.Any:
     """Parse strict JSON (no NaN or Infinity), as a 400 on failure."""
     if not text.strip():
         raise BadRequest("Unexpected end of JSON input")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         raise BadRequest(f"Malformed JSON: {e.msg} at position {e.pos}") from None
     except ValueError as e:  # NaN, Infinity, or an integer with too many digits

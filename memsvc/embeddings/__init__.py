@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import BadRequest
 from ..errors import InternalError
+from ..errors import ServiceUnavailable
 
 
 class Embedder(t.Protocol):
@@ -39,11 +40,19 @@ class ProviderError(InternalError):
     """The embedding model failed; nothing was stored."""
 
 
+class ProviderBusy(ServiceUnavailable):
+    """Too many calls of this worker already wait on the embedding provider."""
+
+    def __init__(self, message: str):
+        super().__init__(message, headers={"Retry-After": "1"})
+
+
 def unit_rows(vectors: t.Any, count: int, dimensions: int) -> np.ndarray:
     """Check a provider's vectors and scale each to unit length."""
     try:
-        array = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError):
+        with np.errstate(over="ignore"):  # too large for float32: caught below as inf
+            array = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError):
         raise ProviderError("embedding provider failed: vectors are not lists of numbers") from None
     if array.shape != (count, dimensions):
         raise ProviderError(

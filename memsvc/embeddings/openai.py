@@ -8,8 +8,12 @@ with exponential backoff, within an overall deadline.
 A slow or failing provider must not take the whole service down with it:
 
 * at most ``max_concurrency`` calls per worker process wait on the provider
-  at once (fewer than its threads); a call beyond that fails at once, so
-  reads, health checks and key management always find a free thread;
+  at once (fewer than its threads). A call beyond that waits for a slot
+  while the provider keeps answering (a healthy one frees slots within
+  moments, however busy), but is refused with 503 as soon as a call under
+  way has waited ``SLOW_CALL`` seconds: a slow provider then holds only
+  those slots, and reads, health checks and key management always find a
+  free thread;
 * after ``BREAKER_FAILURES`` calls in a row fail, calls fail at once for
   ``BREAKER_SECONDS``, then one call probes whether the provider is back.
 """
@@ -28,6 +32,7 @@ import requests
 
 from ..errors import BadRequest
 from . import InputTooLong
+from . import ProviderBusy
 from . import ProviderError
 from . import unit_rows
 
@@ -85,6 +90,8 @@ class OpenAIEmbedder:
         self.clock: t.Callable[[], float] = time.monotonic
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self.max_concurrency = max_concurrency
+        self._started: dict[int, float] = {}  # calls under way: id -> start time
+        self._started_lock = threading.Lock()
         self._breaker_lock = threading.Lock()
         self._failures = 0  # calls failed in a row
         self._open_until = 0.0
@@ -92,6 +99,8 @@ class OpenAIEmbedder:
 
     BREAKER_FAILURES = 3
     BREAKER_SECONDS = 10.0
+    # Calls under way longer than this mean the provider is slow now.
+    SLOW_CALL = 2.0
 
     def _session(self) -> requests.Session:
         # One keep-alive session per thread: connections are reused across
@@ -106,12 +115,15 @@ class OpenAIEmbedder:
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         probe = self._admit()
-        if not self._slots.acquire(blocking=False):
+        if not self._acquire_slot():
             self._settle(probe, ok=None)
-            raise ProviderError(
+            raise ProviderBusy(
                 f"embedding provider busy: {self.max_concurrency} calls from this worker are "
                 "already waiting on it; try again shortly"
             )
+        call = object()
+        with self._started_lock:
+            self._started[id(call)] = self.clock()
         try:
             vectors = self._embed(texts)
         except ProviderError:
@@ -121,9 +133,22 @@ class OpenAIEmbedder:
             self._settle(probe, ok=None)
             raise
         finally:
+            with self._started_lock:
+                del self._started[id(call)]
             self._slots.release()
         self._settle(probe, ok=True)
         return vectors
+
+    def _acquire_slot(self) -> bool:
+        """A slot to call the provider, unless it is slow now or stays full too long."""
+        give_up = self.clock() + self.deadline
+        while not self._slots.acquire(timeout=0.05):
+            with self._started_lock:
+                oldest = min(self._started.values(), default=None)
+            now = self.clock()
+            if (oldest is not None and now - oldest > self.SLOW_CALL) or now > give_up:
+                return False
+        return True
 
     def _admit(self) -> bool:
         """Pass the circuit breaker, or raise; True if this call is the probe."""

@@ -180,15 +180,7 @@ def _traffic(n: int, base: str, keys: dict[str, str], tally: Tally, until: float
 
 def test_mixed_traffic_from_sixteen_threads_loses_nothing_and_never_fails(tmp_path):
     with FakeProvider(delay=0) as provider:
-        # A worker lets EMBEDDING_MAX_CONCURRENCY calls wait on the provider and refuses
-        # more with a 500 (see test_a_healthy_provider_never_makes_concurrent_calls_fail);
-        # with it at the threads per worker this test sees everything else.
-        server = start_server(
-            tmp_path,
-            **server_settings(
-                MEMSVC_EMBEDDING_URL=provider.url, MEMSVC_EMBEDDING_MAX_CONCURRENCY="4"
-            ),
-        )
+        server = start_server(tmp_path, **server_settings(MEMSVC_EMBEDDING_URL=provider.url))
         try:
             keys = {tenant: server.create_key(tenant, "load") for tenant in TENANTS}
             tallies = [Tally() for _ in range(THREADS)]
@@ -259,11 +251,6 @@ def test_mixed_traffic_from_sixteen_threads_loses_nothing_and_never_fails(tmp_pa
     assert rows == vectors == len(added) - len(deleted)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with a healthy provider, a 4th embedding call on a worker gets "
-    "500 'embedding provider busy' (EMBEDDING_MAX_CONCURRENCY=3 < 4 threads)",
-)
 def test_a_healthy_provider_never_makes_concurrent_calls_fail(tmp_path):
     """Concurrent searches against a provider that answers at once: none may be a 5xx."""
     with FakeProvider(delay=0.05) as provider:

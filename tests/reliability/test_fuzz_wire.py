@@ -367,16 +367,6 @@ def uuid_ok(value: t.Any) -> bool:
     return isinstance(value, str) and UUID.fullmatch(value) is not None
 
 
-def known_bug(proc: str, fields: dict[str, t.Any]) -> bool:
-    """Inputs that hit a bug pinned by a strict xfail test below; skipped by the broad fuzzers.
-
-    Remove each case together with the xfail mark once the bug is fixed.
-    """
-    value = fields.get("id")
-    # test_an_id_with_a_trailing_newline_is_400_like_any_other_non_uuid
-    return isinstance(value, str) and value.endswith("\n") and uuid_ok(value[:-1])
-
-
 # -- the harness ---------------------------------------------------------------------------
 
 
@@ -626,7 +616,6 @@ def model_wire(make_app):
 def test_every_procedure_answers_any_input_object_as_the_readme_says(wire, data):
     proc = data.draw(st.sampled_from(PROCEDURES), label="procedure")
     fields = wire.resolve(data.draw(INPUTS[proc], label="input"))
-    assume(not known_bug(proc, fields))
     ensure_ascii = data.draw(st.booleans(), label="ensure_ascii")
     resp = wire.call(proc, fields, ensure_ascii=ensure_ascii)
     body = check_envelope(resp, path=proc)
@@ -981,10 +970,6 @@ def test_any_tenant_claim_a_valid_token_names_is_its_own_tenant(wire, tenant):
         assert resp.status_code == (200 if memory["idpUserId"] == tenant else 404)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a validly signed token whose tenant claim holds a lone surrogate gets 500, not 401",
-)
 def test_a_token_whose_tenant_claim_is_not_unicode_text_is_refused_with_401(wire):
     token = hs256(_claims("acme-\ud800"))
     headers = {"Authorization": f"Bearer {token}"}
@@ -1172,11 +1157,6 @@ def test_a_batch_of_two_hundred_calls_is_refused_whole_and_a_hundred_are_served(
 # -- known bugs -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a JSON number past the double range (1e999) in metadata is stored as Infinity: "
-    "the add answers 500 and every later getAll/search of that user answers 500",
-)
 @pytest.mark.parametrize("literal", ["1e999", "-1e999"])
 def test_a_number_beyond_the_double_range_in_metadata_is_refused_not_stored(wire, literal):
     raw = '{"userId":"poisoned","content":"x","metadata":{"n":' + literal + "}}"
@@ -1194,9 +1174,6 @@ def test_a_number_beyond_the_double_range_in_metadata_is_refused_not_stored(wire
     assert resp.status_code == 400
 
 
-@pytest.mark.xfail(
-    strict=True, reason='an id with a trailing newline passes the UUID check ("$"): 404, not 400'
-)
 @pytest.mark.parametrize("proc", ["memory.getById", "memory.delete", "keys.revoke"])
 def test_an_id_with_a_trailing_newline_is_400_like_any_other_non_uuid(wire, proc):
     resp = wire.call(proc, {"id": MISSING + "\n"})
@@ -1204,11 +1181,6 @@ def test_an_id_with_a_trailing_newline_is_400_like_any_other_non_uuid(wire, proc
     assert resp.status_code == 400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a chunked body over MAX_CONTENT_LENGTH is cut at 1 MiB and parsed: "
-    "200 (stored) instead of 413, whatever follows the first MiB",
-)
 def test_a_chunked_body_over_the_limit_is_413_like_one_with_a_content_length(wire):
     """gunicorn hands chunked bodies over without a Content-Length, the stream terminated."""
     body = (
@@ -1234,11 +1206,6 @@ def test_a_chunked_body_over_the_limit_is_413_like_one_with_a_content_length(wir
     assert listed == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="identical stored vectors get similarities a rounding apart (BLAS rounds rows by "
-    "position), so duplicates are not ordered newest first",
-)
 def test_identical_memories_score_the_same_and_come_newest_first(wire):
     """Found by the bundled-model fuzzer: a text stored three times, searched by itself."""
     texts = [f"text {w}" for w in range(20)]

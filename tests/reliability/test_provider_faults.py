@@ -445,7 +445,7 @@ def test_text_the_provider_refuses_does_not_trip_the_breaker(
     data(mutate(client, "memory.add", {"userId": "u", "content": "fine"}, headers=auth))
 
 
-def test_calls_beyond_the_workers_cap_fail_at_once_while_the_provider_hangs(
+def test_calls_beyond_the_workers_cap_are_refused_while_the_provider_hangs(
     provider_app, provider, waits, auth
 ):
     embedder = provider_app.extensions["memsvc"].embedder
@@ -473,13 +473,10 @@ def test_calls_beyond_the_workers_cap_fail_at_once_while_the_provider_hangs(
         for _ in range(cap):
             assert entered.acquire(timeout=30), "the provider never saw the waiting calls"
         client = provider_app.test_client()
-        error = assert_error(
-            mutate(client, "memory.add", {"userId": "u", "content": "one more"}, headers=auth),
-            500,
-            "INTERNAL_SERVER_ERROR",
-            "memory.add",
-        )
+        resp = mutate(client, "memory.add", {"userId": "u", "content": "one more"}, headers=auth)
+        error = assert_error(resp, 503, "SERVICE_UNAVAILABLE", "memory.add")
         assert "embedding provider busy" in error["message"]
+        assert resp.headers["Retry-After"] == "1"
         # Reads never wait on the provider.
         assert data(query(client, "memory.getAll", {"userId": "u"}, headers=auth)) == []
         assert client.get("/health").status_code == 200

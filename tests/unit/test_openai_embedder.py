@@ -6,6 +6,7 @@ import requests
 import responses
 
 from memsvc.embeddings import InputTooLong
+from memsvc.embeddings import ProviderBusy
 from memsvc.embeddings import ProviderError
 from memsvc.embeddings.openai import OpenAIEmbedder
 from memsvc.errors import BadRequest
@@ -217,7 +218,7 @@ def test_at_most_max_concurrency_calls_wait_on_the_provider():
 
     from tests.e2e.fake_provider import FakeProvider
 
-    with FakeProvider(delay=1.0, dimensions=4) as provider:
+    with FakeProvider(delay=4.0, dimensions=4) as provider:
         e = OpenAIEmbedder(
             url=provider.url, api_key=None, model="m", dimensions=4, max_concurrency=2
         )
@@ -238,12 +239,41 @@ def test_at_most_max_concurrency_calls_wait_on_the_provider():
         started.wait()
         import time
 
-        time.sleep(0.3)  # both are inside the provider call now
+        time.sleep(e.SLOW_CALL + 0.2)  # both have been inside the provider call too long
         t0 = time.monotonic()
-        with pytest.raises(ProviderError, match="busy: 2 calls from this worker"):
+        with pytest.raises(ProviderBusy, match="busy: 2 calls from this worker") as busy:
             e.embed(["third"])
-        assert time.monotonic() - t0 < 0.5  # refused at once, not queued
+        assert busy.value.status == 503 and busy.value.headers == {"Retry-After": "1"}
+        assert time.monotonic() - t0 < 0.2  # the provider is slow: refused at once
         for th in threads:
             th.join()
         assert results == ["ok", "ok"]
         assert provider.peak["slow"] == 2
+
+
+def test_a_call_waits_briefly_for_a_slot_while_the_provider_is_quick():
+    import threading
+
+    from tests.e2e.fake_provider import FakeProvider
+
+    with FakeProvider(delay=0.05, dimensions=4) as provider:
+        e = OpenAIEmbedder(
+            url=provider.url, api_key=None, model="m", dimensions=4, max_concurrency=2
+        )
+        failures = []
+
+        def burst():
+            for i in range(10):
+                try:
+                    e.embed([f"quick {i}"])
+                except ProviderBusy as err:
+                    failures.append(err)
+
+        # One thread more than the slots, as a worker has (4 threads, 3 slots).
+        threads = [threading.Thread(target=burst) for _ in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert failures == []
+        assert provider.peak["quick"] <= 2
