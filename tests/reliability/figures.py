@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import threading
+
+#: How many times more examples the property-based tests try (make soak: 10).
+SCALE = int(os.environ.get("MEMSVC_SOAK_SCALE", "1"))
 
 _lock = threading.Lock()
 #: name -> [count, unit]

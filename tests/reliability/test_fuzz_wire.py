@@ -75,7 +75,7 @@ MAX_METADATA_BYTES, MAX_METADATA_DEPTH = 65_536, 32
 MIB = 1024 * 1024
 
 FUZZ = settings(
-    max_examples=60,
+    max_examples=60 * figures.SCALE,
     deadline=None,
     database=None,
     suppress_health_check=[
@@ -611,7 +611,7 @@ def model_wire(make_app):
 # -- structured inputs ------------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=500 * figures.SCALE)
 @given(data=st.data())
 def test_every_procedure_answers_any_input_object_as_the_readme_says(wire, data):
     proc = data.draw(st.sampled_from(PROCEDURES), label="procedure")
@@ -627,7 +627,7 @@ def test_every_procedure_answers_any_input_object_as_the_readme_says(wire, data)
         assert body["error"]["message"]
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=80 * figures.SCALE)
 @given(proc=st.sampled_from(PROCEDURES), value=JSON_VALUES)
 def test_any_json_value_as_the_input_is_an_envelope(wire, proc, value):
     resp = wire.call(proc, value)
@@ -637,7 +637,7 @@ def test_any_json_value_as_the_input_is_an_envelope(wire, proc, value):
         assert body["error"]["message"].startswith("Invalid input: expected object, received")
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=60 * figures.SCALE)
 @given(
     proc=st.sampled_from(PROCEDURES),
     method=st.sampled_from(["GET", "POST", "PUT", "PATCH", "DELETE"]),
@@ -728,7 +728,7 @@ CONTENT_TYPES = st.sampled_from(
 )
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=120 * figures.SCALE)
 @given(
     proc=st.sampled_from(PROCEDURES + ("memory.nope", "")),
     parts=st.lists(RAW_FRAGMENTS, min_size=1, max_size=3),
@@ -747,7 +747,7 @@ def test_raw_bodies_are_answered_with_an_envelope(wire, proc, parts, content_typ
         assert resp.status_code == 415
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=120 * figures.SCALE)
 @given(
     proc=st.sampled_from(QUERIES + ("memory.add", "memory.nope")),
     query=st.lists(
@@ -799,7 +799,7 @@ SEGMENTS = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=120 * figures.SCALE)
 @given(
     data=st.data(),
     segments=st.one_of(
@@ -916,7 +916,7 @@ AUTHORIZATIONS = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=120 * figures.SCALE)
 @given(proc=st.sampled_from(["keys.list", "keys.create", "keys.revoke"]), auth=AUTHORIZATIONS)
 def test_forged_or_malformed_bearer_tokens_are_401(wire, proc, auth):
     try:
@@ -941,7 +941,7 @@ TENANT_CLAIMS = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=60 * figures.SCALE)
 @given(tenant=TENANT_CLAIMS)
 def test_any_tenant_claim_a_valid_token_names_is_its_own_tenant(wire, tenant):
     token = hs256(_claims(tenant))
@@ -986,7 +986,7 @@ API_KEYS = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=80 * figures.SCALE)
 @given(data=st.data(), api_key=API_KEYS)
 def test_any_api_key_that_was_not_issued_is_401(wire, data, api_key):
     real = wire.secrets["tenant-A"]
@@ -1022,13 +1022,17 @@ def test_any_api_key_that_was_not_issued_is_401(wire, data, api_key):
 # -- hostile strings, as data -----------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=60)
+@settings(FUZZ, max_examples=60 * figures.SCALE)
 @given(
     hostile=st.sampled_from(HOSTILE),
     field=st.sampled_from(["userId", "content", "metadata key", "metadata value", "query", "name"]),
 )
 def test_injection_looking_strings_are_stored_and_returned_verbatim(wire, hostile, field):
-    user, content, metadata = "u-hostile", f"plain {uuid.uuid4()}", {"k": "v"}
+    user, content, metadata = (
+        f"u-hostile-{uuid.uuid4().hex[:8]}",
+        f"plain {uuid.uuid4()}",
+        {"k": "v"},
+    )
     if field == "userId":
         user = hostile
     elif field == "content":
@@ -1057,7 +1061,9 @@ def test_injection_looking_strings_are_stored_and_returned_verbatim(wire, hostil
     found = wire.ok(
         wire.call("memory.search", {"userId": user, "query": query, "threshold": 0, "limit": 100})
     )
-    assert {m["id"] for m in found} == mine
+    # A hostile userId repeats across examples, so its user may hold more
+    # than one search can return.
+    assert {m["id"] for m in found} <= mine and len(found) == min(len(mine), 100)
     # Nothing else moved: tenant B still has exactly its own memories and key.
     other = wire.ok(wire.call("memory.getAll", {"userId": "u"}, tenant="tenant-B"))
     assert {m["id"] for m in other} == {
@@ -1232,7 +1238,7 @@ def test_identical_memories_score_the_same_and_come_newest_first(wire):
 # -- the real model, on unusual text ----------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=25)
+@settings(FUZZ, max_examples=25 * figures.SCALE)
 @given(
     text=st.one_of(
         st.text(min_size=1, max_size=300),

@@ -314,7 +314,7 @@ class IsolationMachine(RuleBasedStateMachine):
 
 
 SETTINGS = settings(
-    max_examples=30,
+    max_examples=30 * figures.SCALE,
     stateful_step_count=50,
     deadline=None,
     database=None,

@@ -220,7 +220,7 @@ def test_at_most_max_concurrency_calls_wait_on_the_provider():
 
     with FakeProvider(delay=4.0, dimensions=4) as provider:
         e = OpenAIEmbedder(
-            url=provider.url, api_key=None, model="m", dimensions=4, max_concurrency=2
+            url=provider.url, api_key=None, model="m", dimensions=4, max_concurrency=2, timeout=6
         )
         results = []
         started = threading.Barrier(3)
@@ -239,7 +239,7 @@ def test_at_most_max_concurrency_calls_wait_on_the_provider():
         started.wait()
         import time
 
-        time.sleep(e.SLOW_CALL + 0.2)  # both have been inside the provider call too long
+        time.sleep(e.slow_call + 0.2)  # both have been inside the provider call too long
         t0 = time.monotonic()
         with pytest.raises(ProviderBusy, match="busy: 2 calls from this worker") as busy:
             e.embed(["third"])
