@@ -65,6 +65,16 @@ class FakeProvider:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
+    @property
+    def settings(self) -> dict[str, str]:
+        """memsvc settings (environment) that make a server embed through this provider."""
+        return {
+            "MEMSVC_EMBEDDER": "openai",
+            "MEMSVC_EMBEDDING_URL": self.url,
+            "MEMSVC_EMBEDDING_MODEL": "fake",
+            "MEMSVC_EMBEDDING_DIMENSIONS": str(self.dimensions),
+        }
+
     def __enter__(self) -> FakeProvider:
         self.thread.start()
         return self

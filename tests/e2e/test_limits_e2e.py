@@ -48,10 +48,7 @@ def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
             # Room for every admitted call at the provider: this test is
             # about the per-key limit, not the per-worker provider bound.
             MEMSVC_EMBEDDING_MAX_CONCURRENCY="7",
-            MEMSVC_EMBEDDER="openai",
-            MEMSVC_EMBEDDING_URL=provider.url,
-            MEMSVC_EMBEDDING_MODEL="fake",
-            MEMSVC_EMBEDDING_DIMENSIONS="8",
+            **provider.settings,
         )
         try:
             busy, other = server.create_key("t", "busy"), server.create_key("t", "other")

@@ -19,12 +19,9 @@ def test_a_slow_provider_cannot_pin_every_worker(tmp_path):
             tmp_path,
             WEB_CONCURRENCY="2",
             MEMSVC_THREADS="4",
-            MEMSVC_EMBEDDER="openai",
-            MEMSVC_EMBEDDING_URL=provider.url,
-            MEMSVC_EMBEDDING_MODEL="fake",
-            MEMSVC_EMBEDDING_DIMENSIONS="8",
             MEMSVC_RATE_LIMIT_PER_MINUTE="0",
             MEMSVC_CONCURRENCY_LIMIT="0",
+            **provider.settings,
         )
         try:
             key = server.create_key("t", "k")

@@ -43,16 +43,13 @@ MAX_OWN = 40
 REQUEST_TIMEOUT = 30.0
 
 
-def server_settings(**extra: str) -> dict[str, str]:
+def server_settings(provider: FakeProvider) -> dict[str, str]:
     return {
         "WEB_CONCURRENCY": "4",
         "MEMSVC_THREADS": "4",
         "MEMSVC_RATE_LIMIT_PER_MINUTE": "0",
         "MEMSVC_CONCURRENCY_LIMIT": "0",
-        "MEMSVC_EMBEDDER": "openai",
-        "MEMSVC_EMBEDDING_MODEL": "fake",
-        "MEMSVC_EMBEDDING_DIMENSIONS": "8",
-        **extra,
+        **provider.settings,
     }
 
 
@@ -180,7 +177,7 @@ def _traffic(n: int, base: str, keys: dict[str, str], tally: Tally, until: float
 
 def test_mixed_traffic_from_sixteen_threads_loses_nothing_and_never_fails(tmp_path):
     with FakeProvider(delay=0) as provider:
-        server = start_server(tmp_path, **server_settings(MEMSVC_EMBEDDING_URL=provider.url))
+        server = start_server(tmp_path, **server_settings(provider))
         try:
             keys = {tenant: server.create_key(tenant, "load") for tenant in TENANTS}
             tallies = [Tally() for _ in range(THREADS)]
@@ -254,7 +251,7 @@ def test_mixed_traffic_from_sixteen_threads_loses_nothing_and_never_fails(tmp_pa
 def test_a_healthy_provider_never_makes_concurrent_calls_fail(tmp_path):
     """Concurrent searches against a provider that answers at once: none may be a 5xx."""
     with FakeProvider(delay=0.05) as provider:
-        server = start_server(tmp_path, **server_settings(MEMSVC_EMBEDDING_URL=provider.url))
+        server = start_server(tmp_path, **server_settings(provider))
         try:
             key = server.create_key("tenant-a", "load")
             failures: list[tuple[int, str]] = []

@@ -209,10 +209,7 @@ def test_acknowledged_adds_survive_sigkill_of_every_process_and_nothing_is_half_
             WEB_CONCURRENCY="4",
             MEMSVC_RATE_LIMIT_PER_MINUTE="0",
             MEMSVC_CONCURRENCY_LIMIT="0",
-            MEMSVC_EMBEDDER="openai",
-            MEMSVC_EMBEDDING_URL=provider.url,
-            MEMSVC_EMBEDDING_MODEL="fake",
-            MEMSVC_EMBEDDING_DIMENSIONS="8",
+            **provider.settings,
         )
         key = server.cli("keys", "create", "tenant-crash", "crash")
         ledger, stop = Ledger(), threading.Event()

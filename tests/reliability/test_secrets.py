@@ -365,14 +365,7 @@ def test_a_secret_sharing_a_long_prefix_with_a_real_one_fails_exactly_like_a_ran
 @pytest.mark.e2e
 def test_gunicorns_logs_hold_no_secret(tmp_path):
     with FakeProvider(delay=0) as provider:
-        server = start_server(
-            tmp_path,
-            MEMSVC_EMBEDDER="openai",
-            MEMSVC_EMBEDDING_URL=provider.url,
-            MEMSVC_EMBEDDING_MODEL="fake",
-            MEMSVC_EMBEDDING_DIMENSIONS="8",
-            MEMSVC_EMBEDDING_API_KEY=PROVIDER_KEY,
-        )
+        server = start_server(tmp_path, MEMSVC_EMBEDDING_API_KEY=PROVIDER_KEY, **provider.settings)
         try:
             key = server.create_key("tenant-A", "logs")
             token = server.token("tenant-A")
