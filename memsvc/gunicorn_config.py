@@ -16,7 +16,7 @@ workers = int(os.environ.get("WEB_CONCURRENCY") or multiprocessing.cpu_count())
 # Threads, not more processes, for waiting: a call to a remote embedding
 # provider spends most of its time waiting on the network, and SQLite and
 # numpy release the GIL. Each thread keeps its own SQLite connection.
-worker_class = "gthread"
+worker_class = "memsvc.gunicorn_worker.JSONErrorThreadWorker"
 threads = int(os.environ.get("MEMSVC_THREADS") or 4)
 
 # Above the embedding client's own deadline (timeout x attempts + backoff,

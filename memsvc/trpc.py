@@ -276,7 +276,13 @@ def _read_body() -> bytes:
     # A chunked body has no length up front; Werkzeug would quietly stop
     # reading at the limit, so read one byte past it to tell.
     stream = request.environ.get("wsgi.input")
-    body = stream.read(limit + 1) if stream is not None else b""
+    try:
+        body = stream.read(limit + 1) if stream is not None else b""
+    except Exception as e:
+        # The server's own framing error (gunicorn raises InvalidChunkSize
+        # and the like from inside the read): the caller sent a broken body.
+        log.info("unreadable request body: %s", type(e).__name__)
+        raise BadRequest("Malformed request body") from None
     if len(body) > limit:
         raise too_large
     return body
