@@ -43,6 +43,9 @@ def create_app(
     app = Flask(__name__, instance_relative_config=True, instance_path=instance_path)
     # "/trpc//memory.add" is an unknown procedure (404), not a redirect.
     app.url_map.merge_slashes = False
+    # No empty 200 for OPTIONS: every answer is in the envelope (405 outside
+    # /trpc). memsvc serves no browsers directly, so there is no CORS to answer.
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     app.config.from_mapping(config.DEFAULTS)
     app.config.from_pyfile("config.py", silent=True)
     app.config.from_prefixed_env("MEMSVC")

@@ -133,7 +133,10 @@ class Router(Blueprint):
 bp = Blueprint("trpc", __name__)
 
 
-_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+# Every method reaches tRPC's own handling, as on a tRPC server: HEAD is 204,
+# others than GET and POST are refused in the error envelope (OPTIONS too:
+# the app turns off Flask's automatic OPTIONS answer).
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 @bp.route("/trpc", defaults={"path": ""}, methods=_METHODS, strict_slashes=False)
@@ -169,7 +172,8 @@ def _calls(path: str, is_batch: bool) -> list[Call]:
         content_type = request.headers.get("Content-Type")
         if content_type is None:
             raise UnsupportedMediaType("Missing content-type header")
-        if not content_type.lower().startswith("application/json"):
+        # The media type alone, parameters (charset) aside, as tRPC compares it.
+        if content_type.split(";", 1)[0].strip().lower() != "application/json":
             raise UnsupportedMediaType(f'Unsupported content-type "{content_type}"')
     registry: dict[str, Procedure] = current_app.extensions["trpc"]
     paths = path.split(",") if is_batch else [path]

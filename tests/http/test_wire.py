@@ -58,6 +58,8 @@ def test_empty_procedure_path_is_404(client, url):
         ("PUT", "memory.add", "POST"),
         ("DELETE", "memory.delete", "POST"),
         ("PATCH", "memory.add", "POST"),
+        ("OPTIONS", "memory.add", "POST"),
+        ("OPTIONS", "memory.getAll", "GET"),
         ("POST", "memory.getAll", "GET"),
         ("POST", "memory.search", "GET"),
     ],
@@ -67,6 +69,22 @@ def test_wrong_method_is_405_with_allow(client, method, path, allow):
     error = assert_error(resp, 405, "METHOD_NOT_SUPPORTED", path)
     assert resp.headers["Allow"] == allow
     assert error["message"].startswith(f"Unsupported {method}-request to ")
+
+
+def test_options_without_content_type_is_415_like_any_non_get(client):
+    # No empty 200 from Flask: tRPC treats OPTIONS as any other body method.
+    resp = client.open("/trpc/memory.getAll", method="OPTIONS")
+    error = assert_error(resp, 415, "UNSUPPORTED_MEDIA_TYPE", None)
+    assert error["message"] == "Missing content-type header"
+
+
+@pytest.mark.parametrize("url", ["/health", "/"])
+def test_options_outside_trpc_is_answered_in_the_envelope(client, url):
+    resp = client.open(url, method="OPTIONS")
+    assert resp.status_code in (404, 405)
+    assert resp.json["error"]["data"]["httpStatus"] == resp.status_code
+    if resp.status_code == 405:
+        assert set(resp.headers["Allow"].split(", ")) == {"GET", "HEAD"}
 
 
 def test_wrong_method_is_decided_before_authentication(client):
@@ -86,6 +104,7 @@ def test_head_is_204_without_body(client):
         ({}, "Missing content-type header"),
         ({"Content-Type": "text/plain"}, 'Unsupported content-type "text/plain"'),
         ({"Content-Type": "application/x-www-form-urlencoded"}, "Unsupported content-type"),
+        ({"Content-Type": "application/jsonp"}, 'Unsupported content-type "application/jsonp"'),
     ],
 )
 def test_post_without_json_content_type_is_415_without_path(client, auth, headers, message):
@@ -96,11 +115,14 @@ def test_post_without_json_content_type_is_415_without_path(client, auth, header
     assert error["message"].startswith(message)
 
 
-def test_json_content_type_with_charset_is_accepted(client, auth):
+@pytest.mark.parametrize(
+    "content_type", ["application/json; charset=utf-8", "Application/JSON", "application/json ;x=y"]
+)
+def test_json_content_type_with_parameters_or_capitals_is_accepted(client, auth, content_type):
     resp = client.post(
         "/trpc/memory.add",
         data=json.dumps({"userId": "u", "content": "x"}),
-        headers={**auth, "Content-Type": "application/json; charset=utf-8"},
+        headers={**auth, "Content-Type": content_type},
     )
     assert data(resp)["content"] == "x"
 
