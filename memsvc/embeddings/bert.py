@@ -119,9 +119,6 @@ class SentenceEncoder:
         self._w = w
         self._layers = [_Layer(w, f"encoder.layer.{i}.", self.eps) for i in range(self.layers)]
 
-    def token_counts(self, texts: t.Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
-
     def encode(self, texts: t.Sequence[str], batch_size: int = 32) -> np.ndarray:
         """Embed ``texts``; each must fit in :attr:`max_tokens` tokens."""
         encodings = self.tokenizer.encode_batch(list(texts))

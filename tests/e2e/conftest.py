@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import typing as t
 
 import pytest
 import requests
@@ -100,18 +101,25 @@ def start_server(
             stderr=subprocess.STDOUT,
         )
     server = Server(f"http://127.0.0.1:{port}", proc, env, log)
+    if not serving(proc, server.url + ready, deadline, server.output):
+        server.stop()
+        pytest.fail(f"gunicorn did not answer {ready} within {deadline}s:\n{server.output()}")
+    return server
+
+
+def serving(proc: subprocess.Popen, url: str, deadline: float, output: t.Callable[[], str]) -> bool:
+    """Whether ``url`` answers 200 within ``deadline`` seconds; fails if gunicorn exits."""
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if proc.poll() is not None:
-            pytest.fail(f"gunicorn exited with {proc.returncode}:\n{server.output()}")
+            pytest.fail(f"gunicorn exited with {proc.returncode}:\n{output()}")
         try:
-            if requests.get(server.url + ready, timeout=2).status_code == 200:
-                return server
+            if requests.get(url, timeout=2).status_code == 200:
+                return True
         except requests.ConnectionError:
             pass
-        time.sleep(0.2)
-    server.stop()
-    pytest.fail(f"gunicorn did not answer {ready} within {deadline}s:\n{server.output()}")
+        time.sleep(0.1)
+    return False
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from memsvc.db import connect
 from tests.e2e.conftest import REPO
 from tests.e2e.conftest import free_port
 from tests.e2e.conftest import server_env
+from tests.e2e.conftest import serving
 from tests.e2e.fake_provider import FakeProvider
 from tests.reliability import figures
 
@@ -88,19 +89,11 @@ class KillableServer:
                 start_new_session=True,
             )
         url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + deadline
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                pytest.fail(f"gunicorn exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if requests.get(url + "/health", timeout=2).status_code == 200:
-                    self.url = url
-                    return url
-            except requests.ConnectionError:
-                pass
-            time.sleep(0.1)
-        self.kill()
-        pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{self.output()}")
+        if not serving(self.proc, url + "/health", deadline, self.output):
+            self.kill()
+            pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{self.output()}")
+        self.url = url
+        return url
 
     def kill(self) -> None:
         """SIGKILL to the whole process group: no worker gets to finish anything."""
