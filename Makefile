@@ -41,21 +41,21 @@ soak: install $(NODE_CLIENT)/node_modules/.installed
 		$(BIN)/pytest tests/reliability -p no:cacheprovider
 
 lint: install
-	$(BIN)/ruff check memsvc tests wsgi.py gunicorn.conf.py
-	$(BIN)/ruff format --check memsvc tests wsgi.py gunicorn.conf.py
+	$(BIN)/ruff check memsvc tests bench wsgi.py gunicorn.conf.py
+	$(BIN)/ruff format --check memsvc tests bench wsgi.py gunicorn.conf.py
 
 format: install
-	$(BIN)/ruff check --fix memsvc tests wsgi.py gunicorn.conf.py
-	$(BIN)/ruff format memsvc tests wsgi.py gunicorn.conf.py
+	$(BIN)/ruff check --fix memsvc tests bench wsgi.py gunicorn.conf.py
+	$(BIN)/ruff format memsvc tests bench wsgi.py gunicorn.conf.py
 
 bench: install
-	$(BIN)/python tests/bench/storage.py
-	$(BIN)/python tests/bench/thresholds.py
-	$(BIN)/python tests/bench/last_used.py
-	$(BIN)/python tests/bench/limits.py
-	$(BIN)/python tests/bench/search.py
-	@if command -v wrk >/dev/null; then $(BIN)/python tests/bench/http_search.py; \
-	else echo "skipping tests/bench/http_search.py: it needs wrk (apt-get install wrk)"; fi
+	$(BIN)/python -m bench.storage
+	$(BIN)/python -m bench.thresholds
+	$(BIN)/python -m bench.last_used
+	$(BIN)/python -m bench.limits
+	$(BIN)/python -m bench.search
+	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
+	else echo "skipping bench.http_search: it needs wrk (apt-get install wrk)"; fi
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info

@@ -9,7 +9,7 @@ from memsvc.db import connect
 from memsvc.runtime import store as request_store
 from memsvc.services import keys
 from memsvc.store import Store
-from tests.helpers import HashEmbedder
+from tests.support.helpers import HashEmbedder
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ import urllib.parse
 import pytest
 import requests
 
-from tests.e2e.conftest import REPO
-from tests.e2e.conftest import free_port
-from tests.e2e.conftest import server_env
+from tests.support.servers import REPO
+from tests.support.servers import free_port
+from tests.support.servers import server_env
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,7 @@
 import pytest
 import requests
 
-from tests.e2e.conftest import start_server
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ import urllib.parse
 import pytest
 import requests
 
-from tests.e2e.conftest import start_server
-from tests.e2e.fake_provider import FakeProvider
+from tests.support.fake_provider import FakeProvider
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 

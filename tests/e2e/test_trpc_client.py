@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.support.servers import REPO
 
 pytestmark = pytest.mark.e2e
 

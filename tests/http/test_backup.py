@@ -9,9 +9,9 @@ from memsvc.cli import cli
 from memsvc.db import connect
 from memsvc.models import Memory
 from memsvc.store import Store
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 
 def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(

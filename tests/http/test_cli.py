@@ -4,8 +4,8 @@ import subprocess
 import sys
 
 from memsvc.cli import cli
-from tests.helpers import data
-from tests.helpers import query
+from tests.support.helpers import data
+from tests.support.helpers import query
 
 
 def invoke(runner, *args):

@@ -1,7 +1,7 @@
 import os
 import time
 
-from tests.helpers import assert_error
+from tests.support.helpers import assert_error
 
 
 def test_health_is_ok_without_credentials(client):

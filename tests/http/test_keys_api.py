@@ -6,10 +6,10 @@ import time
 import pytest
 
 from memsvc.tokens import LocalVerifier
-from tests.helpers import assert_error
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 SECRET = "k" * 40
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

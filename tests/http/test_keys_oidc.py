@@ -9,10 +9,10 @@ from joserfc.jwk import KeySet
 from joserfc.jwk import OctKey
 from joserfc.jwk import RSAKey
 
-from tests.helpers import assert_error
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 ISSUER = "https://login.example.test/"
 JWKS_URL = "https://login.example.test/.well-known/jwks.json"

@@ -2,10 +2,10 @@
 
 from memsvc.cli import cli
 from memsvc.runtime import store
-from tests.helpers import assert_error
-from tests.helpers import assert_error_item
-from tests.helpers import data
-from tests.helpers import query
+from tests.support.helpers import assert_error
+from tests.support.helpers import assert_error_item
+from tests.support.helpers import data
+from tests.support.helpers import query
 
 NOBODY = {"userId": "nobody"}
 

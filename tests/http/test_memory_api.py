@@ -6,10 +6,10 @@ import pytest
 
 from memsvc.runtime import store
 from memsvc.services import keys
-from tests.helpers import assert_error
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")

@@ -5,11 +5,11 @@ import uuid
 
 import pytest
 
-from tests.helpers import assert_error
-from tests.helpers import assert_error_item
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
+from tests.support.helpers import assert_error
+from tests.support.helpers import assert_error_item
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 NOBODY = {"userId": "nobody"}
 MISSING_ID = "00000000-0000-4000-8000-000000000000"

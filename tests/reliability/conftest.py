@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.reliability import figures
+from tests.support import figures
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -26,9 +26,9 @@ import pytest
 import requests
 
 from memsvc.db import connect
-from tests.e2e.conftest import start_server
-from tests.e2e.fake_provider import FakeProvider
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.fake_provider import FakeProvider
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 

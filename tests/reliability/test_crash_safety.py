@@ -33,12 +33,12 @@ import requests
 import urllib3
 
 from memsvc.db import connect
-from tests.e2e.conftest import REPO
-from tests.e2e.conftest import free_port
-from tests.e2e.conftest import server_env
-from tests.e2e.conftest import serving
-from tests.e2e.fake_provider import FakeProvider
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.fake_provider import FakeProvider
+from tests.support.servers import REPO
+from tests.support.servers import free_port
+from tests.support.servers import server_env
+from tests.support.servers import serving
 
 pytestmark = pytest.mark.e2e
 

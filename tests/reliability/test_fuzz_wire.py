@@ -41,9 +41,9 @@ from werkzeug.test import EnvironBuilder
 from werkzeug.test import run_wsgi_app
 
 from memsvc.tokens import LocalVerifier
-from tests.helpers import HashEmbedder
-from tests.helpers import assert_error_item
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.helpers import HashEmbedder
+from tests.support.helpers import assert_error_item
 
 JWT_SECRET = "x" * 40
 BUNDLED_MODEL = "local:all-MiniLM-L6-v2"

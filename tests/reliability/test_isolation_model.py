@@ -30,9 +30,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from memsvc import create_app
 from memsvc.runtime import runtime
 from memsvc.tokens import LocalVerifier
-from tests.helpers import HashEmbedder
-from tests.helpers import assert_error_item
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.helpers import HashEmbedder
+from tests.support.helpers import assert_error_item
 
 JWT_SECRET = "m" * 40
 TENANTS = ("tenant-0", "tenant-1", "tenant-2")

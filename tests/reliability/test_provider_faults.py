@@ -24,11 +24,11 @@ import responses
 
 from memsvc.runtime import store as request_store
 from memsvc.services import keys
-from tests.helpers import assert_error
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
 
 PROVIDER = "http://provider.test/v1"
 ENDPOINT = PROVIDER + "/embeddings"

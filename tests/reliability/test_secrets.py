@@ -26,12 +26,12 @@ import responses
 from memsvc.errors import Unauthorized
 from memsvc.services import keys
 from memsvc.tokens import LocalVerifier
-from tests.e2e.conftest import start_server
-from tests.e2e.fake_provider import FakeProvider
-from tests.helpers import data
-from tests.helpers import mutate
-from tests.helpers import query
-from tests.reliability import figures
+from tests.support import figures
+from tests.support.fake_provider import FakeProvider
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
+from tests.support.servers import start_server
 
 PROVIDER = "http://provider.test/v1"
 ENDPOINT = PROVIDER + "/embeddings"

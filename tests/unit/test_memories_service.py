@@ -4,8 +4,8 @@ import pytest
 from memsvc.embeddings import ProviderError
 from memsvc.errors import NotFound
 from memsvc.services import memories
-from tests.helpers import HashEmbedder
-from tests.helpers import TableEmbedder
+from tests.support.helpers import HashEmbedder
+from tests.support.helpers import TableEmbedder
 
 
 def count(store, table):

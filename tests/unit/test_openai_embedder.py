@@ -216,7 +216,7 @@ def test_rejected_text_does_not_trip_the_breaker(embedder):
 def test_at_most_max_concurrency_calls_wait_on_the_provider():
     import threading
 
-    from tests.e2e.fake_provider import FakeProvider
+    from tests.support.fake_provider import FakeProvider
 
     with FakeProvider(delay=4.0, dimensions=4) as provider:
         e = OpenAIEmbedder(
@@ -254,7 +254,7 @@ def test_at_most_max_concurrency_calls_wait_on_the_provider():
 def test_a_call_waits_briefly_for_a_slot_while_the_provider_is_quick():
     import threading
 
-    from tests.e2e.fake_provider import FakeProvider
+    from tests.support.fake_provider import FakeProvider
 
     with FakeProvider(delay=0.05, dimensions=4) as provider:
         e = OpenAIEmbedder(

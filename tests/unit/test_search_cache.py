@@ -189,7 +189,7 @@ def test_memory_stays_within_the_bound_and_big_users_use_the_store(db):
 
 def test_replacing_every_vector_reloads_the_user(db):
     from memsvc.services import memories as service
-    from tests.helpers import HashEmbedder
+    from tests.support.helpers import HashEmbedder
 
     _, store = db
     embedder = HashEmbedder(DIMS, "test:random")

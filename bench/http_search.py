@@ -11,7 +11,7 @@ the ratio to the bare endpoint.
 Then, in-process, where one search's time goes: wire and Flask, key check,
 limits, embedding, and the store/cache search.
 
-    python tests/bench/http_search.py [--seconds 5] [--levels 1,4,16]
+    python -m bench.http_search [--seconds 5] [--levels 1,4,16]
 
 Needs wrk (Debian: apt-get install wrk).
 """
@@ -34,9 +34,9 @@ import uuid
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from tests.e2e.conftest import start_server  # noqa: E402
+from bench.report import recording  # noqa: E402
+from tests.support.servers import start_server  # noqa: E402
 
 TOPICS = [
     "tea",
@@ -201,9 +201,7 @@ def main() -> None:
         )
         memsvc.cli("keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000")
         populate(memsvc.env["MEMSVC_DATABASE"], args.memories)
-        bare = start_server(
-            tmp / "bare", app="tests.bench.bare_app:app", ready="/trpc/memory.search"
-        )
+        bare = start_server(tmp / "bare", app="bench.bare_app:app", ready="/trpc/memory.search")
         stack.callback(bare.stop)
 
         paths = [
@@ -243,4 +241,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("http_search"):
+        main()

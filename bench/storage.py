@@ -11,14 +11,13 @@ short sentences. "raw" is the vector bytes (1536 x 4 per memory) plus the
 UTF-8 bytes of the texts. Targets: many small users < 3x raw, one large
 user < 1.3x raw.
 
-    python tests/bench/storage.py [--dims 1536] [--dir /tmp]
+    python -m bench.storage [--dims 1536] [--dir /tmp]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import sys
 import tempfile
 import time
@@ -26,12 +25,11 @@ import uuid
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
-from memsvc.db import connect  # noqa: E402
-from memsvc.models import Memory  # noqa: E402
-from memsvc.store import VECTOR_CHUNK_SIZE  # noqa: E402
-from memsvc.store import Store  # noqa: E402
+from bench.report import recording
+from memsvc.db import connect
+from memsvc.models import Memory
+from memsvc.store import VECTOR_CHUNK_SIZE
+from memsvc.store import Store
 
 WORDS = (
     "user prefers green tea lives in Lisbon works as a nurse has two cats allergic to "
@@ -122,4 +120,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("storage"):
+        main()

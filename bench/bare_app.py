@@ -1,4 +1,4 @@
-"""The lower bound for tests/bench/http_search.py: Flask returning a constant.
+"""The lower bound for bench/http_search.py: Flask returning a constant.
 
 Served by gunicorn with memsvc's own settings, it answers the same URL with
 a fixed body of about the size memsvc returns, doing no work at all.

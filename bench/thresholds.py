@@ -10,24 +10,22 @@ and prints:
   - for a range of thresholds, the share of related pairs kept and of
     unrelated pairs let through.
 
-    python tests/bench/thresholds.py                    # the bundled local model
-    MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_API_KEY=... python tests/bench/thresholds.py
+    python -m bench.thresholds                    # the bundled local model
+    MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_API_KEY=... python -m bench.thresholds
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import sys
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
+from bench.report import recording
+from memsvc import config
+from memsvc.embeddings import make_embedder
 
-from memsvc import config  # noqa: E402
-from memsvc.embeddings import make_embedder  # noqa: E402
-
-PAIRS = pathlib.Path(__file__).resolve().parents[1] / "data" / "memory_query_pairs.jsonl"
+PAIRS = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "memory_query_pairs.jsonl"
 
 
 def settings() -> dict:
@@ -82,4 +80,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("thresholds"):
+        main()

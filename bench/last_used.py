@@ -7,7 +7,7 @@ times, with LAST_USED_RESOLUTION_SECONDS set to
   86400 effectively no writes (the baseline)
 and drives memory.getAll and memory.search on one key from 8 client threads.
 
-    python tests/bench/last_used.py [--seconds 3] [--rounds 5]
+    python -m bench.last_used [--seconds 3] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import pathlib
-import sys
 import tempfile
 
 import requests
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
-from tests.bench import load  # noqa: E402
-from tests.e2e.conftest import start_server  # noqa: E402
+from bench import load
+from bench.report import recording
+from tests.support.servers import start_server
 
 SETTINGS = [("no writes (baseline)", 86400), ("default: 1 write/s/key", 1), ("write every call", 0)]
 
@@ -100,4 +98,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("last_used"):
+        main()

@@ -8,7 +8,7 @@ that every call runs the limiter's whole path. With limits on it drives one
 key from all client threads (every call contends for that key's lock), and
 one key per client thread.
 
-    python tests/bench/limits.py [--seconds 3] [--rounds 5]
+    python -m bench.limits [--seconds 3] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import pathlib
-import sys
 import tempfile
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
-from tests.bench import load  # noqa: E402
-from tests.e2e.conftest import start_server  # noqa: E402
+from bench import load
+from bench.report import recording
+from tests.support.servers import start_server
 
 
 def main() -> None:
@@ -87,4 +85,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("limits"):
+        main()

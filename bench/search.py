@@ -22,15 +22,13 @@ float64 brute force (same ids; similarities equal to 1e-9), bulk insert rate
 the process's private resident memory (one worker's worth). Ratios are to
 numpy.
 
-    python tests/bench/search.py [--sizes 10000,100000] [--queries 50]
+    python -m bench.search [--sizes 10000,100000] [--queries 50]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import pathlib
-import sys
 import tempfile
 import time
 import uuid
@@ -41,8 +39,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-
+from bench.report import recording  # noqa: E402
 from memsvc.db import connect  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search_cache import SearchCache  # noqa: E402
@@ -283,4 +280,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with recording("search"):
+        main()

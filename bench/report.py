@@ -1,0 +1,84 @@
+"""Benchmark results on record: what a run printed, with its date, commit and command.
+
+Every benchmark's ``main`` runs inside :func:`recording`, which passes its
+output through to the terminal and also writes it to
+``bench/results/<name>.txt`` under a header saying when, at which commit,
+on what machine and with which command it was made. The performance docs
+quote these files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+import typing as t
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+REPO = RESULTS.parents[1]
+
+
+def commit() -> str:
+    """The checked-out commit, ``-dirty`` if the work tree has changes."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+def machine() -> str:
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
+
+
+class _Tee(io.TextIOBase):
+    def __init__(self, *streams: t.TextIO):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+
+@contextlib.contextmanager
+def recording(name: str) -> t.Iterator[None]:
+    """Print as usual, and save what was printed as ``bench/results/<name>.txt``."""
+    started = datetime.datetime.now(datetime.UTC)
+    captured = io.StringIO()
+    terminal = sys.stdout
+    sys.stdout = _Tee(terminal, captured)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout = terminal
+    command = "python -m bench." + name + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
+    header = (
+        f"# {name}: {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n# {machine()}\n# {command}\n\n"
+    )
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.txt").write_text(header + captured.getvalue())
+    print(f"\n(saved to bench/results/{name}.txt)")

@@ -1,0 +1,125 @@
+"""Real gunicorn servers on free loopback ports, with the checked-in config.
+
+Used by the end-to-end and reliability tests and by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import typing as t
+
+import pytest
+import requests
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    env: dict[str, str]
+    log: pathlib.Path
+
+    @property
+    def trpc(self) -> str:
+        return self.url + "/trpc"
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "memsvc.cli", *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+    def create_key(self, tenant: str = "tenant-A", name: str = "e2e") -> str:
+        return self.cli("keys", "create", tenant, name).stdout.strip()
+
+    def token(self, tenant: str = "tenant-A") -> str:
+        return self.cli("token", tenant).stdout.strip()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSVC_")}
+    env.update(
+        {
+            "MEMSVC_DATABASE": str(db_path),
+            "MEMSVC_BIND": f"127.0.0.1:{port}",
+            "WEB_CONCURRENCY": "2",
+            "MEMSVC_THREADS": "4",
+            "MEMSVC_JWT_SECRET": secrets.token_urlsafe(32),
+            "MEMSVC_LIMITS_DIR": str(db_path.parent / "limits"),
+        }
+    )
+    env.update(settings)
+    return env
+
+
+def start_server(
+    tmp: pathlib.Path,
+    *,
+    deadline: float = 90,
+    app: str = "wsgi:app",
+    ready: str = "/health",
+    **settings: str,
+) -> Server:
+    port = free_port()
+    env = server_env(tmp / "memsvc.sqlite3", port, **settings)
+    log = tmp / f"gunicorn-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", app],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(f"http://127.0.0.1:{port}", proc, env, log)
+    if not serving(proc, server.url + ready, deadline, server.output):
+        server.stop()
+        pytest.fail(f"gunicorn did not answer {ready} within {deadline}s:\n{server.output()}")
+    return server
+
+
+def serving(proc: subprocess.Popen, url: str, deadline: float, output: t.Callable[[], str]) -> bool:
+    """Whether ``url`` answers 200 within ``deadline`` seconds; fails if gunicorn exits."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            pytest.fail(f"gunicorn exited with {proc.returncode}:\n{output()}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return True
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    return False
