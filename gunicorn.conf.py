@@ -1,2 +1,2 @@
 # gunicorn reads this file when started here: `gunicorn wsgi:app`.
-from memsvc.gunicorn_config import *  # noqa: F403
+from memsvc.serving.config import *  # noqa: F403

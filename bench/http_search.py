@@ -102,10 +102,10 @@ def lua_script(path: pathlib.Path, key: str, paths: list[str]) -> str:
 def populate(db_path: str, n: int) -> None:
     import numpy as np
 
-    from memsvc.db import connect
     from memsvc.embeddings.local import LocalEmbedder
     from memsvc.models import Memory
     from memsvc.store import Store
+    from memsvc.store import connect
 
     texts = memories(n)
     vectors = LocalEmbedder().embed(texts)
@@ -127,8 +127,9 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
     import statistics
 
     from memsvc import create_app
+    from memsvc.api.context import store
     from memsvc.limits import Limits
-    from memsvc.runtime import store
+    from memsvc.search import nearest
     from memsvc.services import keys as key_service
 
     app = create_app({"DATABASE": db_path, "LIMITS_DIR": os.path.join(tmp, "limits-inproc")})
@@ -159,8 +160,7 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
         s = store()
 
         def search(i):
-            with s.read():
-                rt.search_cache.nearest(s, "bench", "u", vectors[i % len(vectors)], 10, 0.0)
+            nearest(s, rt.search_cache, "bench", "u", vectors[i % len(vectors)], 10, 0.0)
 
         cache = median(search)
         auth = median(lambda i: key_service.verify(s, key))

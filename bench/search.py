@@ -40,11 +40,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from bench.report import recording  # noqa: E402
-from memsvc.db import connect  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
-from memsvc.search_cache import SearchCache  # noqa: E402
-from memsvc.similarity import exact_similarity  # noqa: E402
+from memsvc.search import SearchCache  # noqa: E402
+from memsvc.search import nearest  # noqa: E402
+from memsvc.search.exact import exact_similarity  # noqa: E402
 from memsvc.store import Store  # noqa: E402
+from memsvc.store import connect  # noqa: E402
 
 DIMS = 1536
 TOPICS = 200
@@ -153,12 +154,10 @@ def run(n_large: int, n_queries: int, directory: str) -> list[tuple]:
     cache = SearchCache(4096 * 2**20, DIMS)
 
     def memsvc(q, user="large"):
-        with store.read():
-            return cache.nearest(store, "tenant", user, q, K, 0.0)
+        return [(r.memory, r.similarity) for r in nearest(store, cache, "tenant", user, q, K, 0.0)]
 
     def sqlite_vec(q, user="large"):
-        with store.read():
-            return store.nearest("tenant", user, q, K, 0.0)
+        return [(r.memory, r.similarity) for r in nearest(store, None, "tenant", user, q, K, 0.0)]
 
     load_started = time.perf_counter()
     memsvc(queries[0])

@@ -26,10 +26,10 @@ import uuid
 import numpy as np
 
 from bench.report import recording
-from memsvc.db import connect
 from memsvc.models import Memory
-from memsvc.store import VECTOR_CHUNK_SIZE
 from memsvc.store import Store
+from memsvc.store import connect
+from memsvc.store.vec0 import CHUNK_SIZE as VECTOR_CHUNK_SIZE
 
 WORDS = (
     "user prefers green tea lives in Lisbon works as a nurse has two cats allergic to "

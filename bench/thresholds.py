@@ -22,7 +22,7 @@ import pathlib
 import numpy as np
 
 from bench.report import recording
-from memsvc import config
+from memsvc import settings as memsvc_settings
 from memsvc.embeddings import make_embedder
 
 PAIRS = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "memory_query_pairs.jsonl"
@@ -30,14 +30,8 @@ PAIRS = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "memory
 
 def settings() -> dict:
     """The embedder settings from defaults and MEMSVC_* variables, as the app reads them."""
-    from flask import Config
-
-    cfg = Config(".")
-    cfg.from_mapping(config.DEFAULTS)
-    cfg.from_prefixed_env("MEMSVC")
-    cfg["DATABASE"] = cfg["DATABASE"] or ":memory:"
-    config.validate(cfg)
-    return cfg
+    values, _ = memsvc_settings.load(memsvc_settings.default_instance_path())
+    return values
 
 
 def main() -> None:

@@ -1,91 +1,141 @@
-"""What one app instance holds: its database, its embedder.
+"""What one memsvc process holds: its database, embedder, limiter, search cache, token verifier.
 
-Views reach them through :func:`store` and :func:`embedder`; services get
-them as arguments and never import Flask.
+The app (:func:`memsvc.create_app`) and the ``memsvc`` command build one
+:class:`Runtime` each from the checked settings; services get its parts as
+arguments, so nothing below the API layer knows about Flask.
 """
 
 from __future__ import annotations
 
-import threading
+import fcntl
+import os
 import typing as t
 
-from flask import current_app
-from flask import g
-
-from .db import Database
 from .embeddings import Embedder
 from .embeddings import make_embedder
 from .errors import ConfigError
 from .limits import Limiter
 from .limits import Limits
 from .limits import default_directory
-from .search_cache import SearchCache
+from .search.cache import SearchCache
+from .store import Database
 from .store import Store
 from .store import StoreMismatch
 from .tokens import TokenVerifier
 from .tokens import make_verifier
 
 
+class DatabaseInUse(Exception):
+    """A running memsvc server holds the database."""
+
+
 class Runtime:
-    def __init__(self, config: t.Mapping[str, t.Any], instance_path: str):
+    def __init__(self, settings: t.Mapping[str, t.Any], instance_path: str):
+        self.settings = settings
+        self.instance_path = instance_path
         self.db = Database(
-            config["DATABASE"],
-            busy_timeout_ms=config["SQLITE_BUSY_TIMEOUT_MS"],
-            synchronous=config["SQLITE_SYNCHRONOUS"],
-            mmap_mb=config["SQLITE_MMAP_MB"],
+            settings["DATABASE"],
+            busy_timeout_ms=settings["SQLITE_BUSY_TIMEOUT_MS"],
+            synchronous=settings["SQLITE_SYNCHRONOUS"],
+            mmap_mb=settings["SQLITE_MMAP_MB"],
         )
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
-        self.embedder: Embedder = make_embedder(config)
+        self.embedder: Embedder = make_embedder(settings)
         self.limiter = Limiter(
-            config["LIMITS_DIR"] or default_directory(config["DATABASE"], instance_path)
+            settings["LIMITS_DIR"] or default_directory(settings["DATABASE"], instance_path)
         )
-        self.default_limits = Limits(config["RATE_LIMIT_PER_MINUTE"], config["CONCURRENCY_LIMIT"])
-        cache_bytes = config["SEARCH_CACHE_MB"] * 1024 * 1024
+        self.default_limits = Limits(
+            settings["RATE_LIMIT_PER_MINUTE"], settings["CONCURRENCY_LIMIT"]
+        )
+        cache_bytes = settings["SEARCH_CACHE_MB"] * 1024 * 1024
         self.search_cache = (
             SearchCache(cache_bytes, self.embedder.dimensions) if cache_bytes else None
         )
         #: Verifies bearer tokens for the keys router; None if not configured.
-        self.tokens: TokenVerifier | None = make_verifier(config, instance_path)
-        self._lock = threading.Lock()
+        self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
+        self._serving_lock: int | None = None
+
+    def store(self) -> Store:
+        """A store on this thread's connection."""
+        return Store(self.db.connection())
 
     def prepare(self, *, check_embedder: bool) -> None:
-        """Create or migrate the schema; refuse a database of another model."""
+        """Create or migrate the database; refuse one made for another model.
+
+        :param check_embedder: only maintenance commands such as ``memsvc
+            reembed`` work on a database whose vectors come from another model.
+        """
+        path = self.settings["DATABASE"]
+        default_folder = os.path.join(self.instance_path, "")
         try:
-            store = Store(self.db.connection())
+            if os.path.abspath(path).startswith(os.path.abspath(default_folder)):
+                # The instance folder holds the database and the token secret.
+                os.makedirs(self.instance_path, mode=0o700, exist_ok=True)
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                problem = "is not a folder" if os.path.exists(folder) else "does not exist"
+                raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {folder} {problem}")
+            create_private(path)
+            store = self.store()
             store.migrate(self.embedder.model_id, self.embedder.dimensions)
             if check_embedder:
                 store.check_embedder(self.embedder.model_id, self.embedder.dimensions)
+        except ConfigError:
+            raise
         except StoreMismatch as e:
             raise ConfigError(str(e)) from None
         except Exception as e:
-            raise ConfigError(f"MEMSVC_DATABASE {self.db.path!r} cannot be used: {e}") from None
+            raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {e}") from None
         finally:
             # No connection may cross gunicorn's fork into the workers.
             self.db.close()
 
+    # -- who uses the database ---------------------------------------------------------
 
-def runtime() -> Runtime:
-    return current_app.extensions["memsvc"]
+    def hold_for_serving(self) -> None:
+        """Mark the database as served by this process (and its forked workers).
+
+        A shared lock on a file beside the database, held until the process
+        ends: maintenance that must not run under a live server (``memsvc
+        reembed``) asks for it exclusively and is refused.
+        """
+        fd = os.open(_lock_path(self.settings["DATABASE"]), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        self._serving_lock = fd
+
+    def exclusive(self) -> None:
+        """Take the database for maintenance, or :class:`DatabaseInUse` if a server holds it."""
+        fd = os.open(_lock_path(self.settings["DATABASE"]), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DatabaseInUse(
+                f"a memsvc server is using {self.settings['DATABASE']}; stop it first"
+            ) from None
+        self._serving_lock = fd
+
+    def close(self) -> None:
+        """Close every connection and let go of the database."""
+        self.db.close()
+        if self._serving_lock is not None:
+            os.close(self._serving_lock)
+            self._serving_lock = None
 
 
-def store() -> Store:
-    """This request's store, on this thread's connection."""
-    if "memsvc_store" not in g:
-        g.memsvc_store = Store(runtime().db.connection())
-    return g.memsvc_store
+def _lock_path(database: str) -> str:
+    return database + ".serving.lock"
 
 
-def embedder() -> Embedder:
-    return runtime().embedder
+def create_private(path: str) -> None:
+    """Create ``path`` readable by its owner only, unless it exists.
 
-
-def release_store(exc: BaseException | None = None) -> None:
-    """Teardown: leave no transaction open on the reused connection."""
-    s = g.pop("memsvc_store", None)
-    if s is None:
-        return
+    SQLite creates a missing database with the umask's permissions (often
+    world-readable) and gives its -wal and -shm files the database's; made
+    0600 here, all three stay private.
+    """
     try:
-        s.reset()
-    except Exception:
-        runtime().db.discard()
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass

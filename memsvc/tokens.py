@@ -15,12 +15,14 @@ Two modes, chosen by settings:
     development and tests; ``memsvc token TENANT`` mints them.
 
 In both, ``exp`` is required, ``nbf``/``iat`` are honoured, ``iss`` and
-``aud`` are checked when configured (always in OIDC mode), and the tenant id
+``aud`` are checked when configured (always in OIDC mode, where
+``MEMSVC_OIDC_ISSUER`` is required even with ``MEMSVC_JWKS_URL``), and the tenant id
 (``idpUserId``) is the ``sub`` claim (``MEMSVC_JWT_TENANT_CLAIM``). The
 token itself is never logged or echoed.
 
 JOSE is done with joserfc, the JOSE library of the Authlib project, which
-Authlib itself now uses and recommends over its deprecated ``authlib.jose``.
+Authlib itself now uses and recommends over its deprecated ``authlib.jose``;
+Authlib checks the provider's discovery document.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ import secrets
 import threading
 import time
 import typing as t
+import unicodedata
+from urllib.parse import urlsplit
 
 import requests
+from authlib.oidc.discovery import OpenIDProviderMetadata
 from joserfc import jwt
 from joserfc.errors import BadSignatureError
 from joserfc.errors import ExpiredTokenError
@@ -45,6 +50,8 @@ from joserfc.jwk import OctKey
 
 from .errors import ConfigError
 from .errors import Unauthorized
+from .text import InvalidText
+from .text import check_text
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +74,15 @@ SECRET_FILE = "jwt-secret"
 MAX_TENANT_CHARS = 512
 
 
-def _is_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")  # a lone surrogate from JSON cannot be
-    except UnicodeEncodeError:
-        return False
-    return True
+def check_tenant(tenant: str) -> None:
+    """A tenant id is printable text: no control characters, at most 512 characters.
+
+    Tenant ids appear in records and on the operator's terminal (``memsvc
+    keys list``); ``"acme\\u0000"`` must not be a second "acme".
+    """
+    check_text(tenant, MAX_TENANT_CHARS)
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in tenant):
+        raise InvalidText("must not contain control characters")
 
 
 class TokenVerifier(t.Protocol):
@@ -111,8 +121,12 @@ class _ClaimsChecker:
         tenant = claims.get(self.tenant_claim)
         if not isinstance(tenant, str) or not tenant.strip():
             raise Unauthorized(f"Token has no '{self.tenant_claim}' claim naming the tenant")
-        if len(tenant) > MAX_TENANT_CHARS or not _is_text(tenant):
-            raise Unauthorized(f"Token's '{self.tenant_claim}' claim is not a usable tenant id")
+        try:
+            check_tenant(tenant)
+        except InvalidText:
+            raise Unauthorized(
+                f"Token's '{self.tenant_claim}' claim is not a usable tenant id"
+            ) from None
         return tenant
 
 
@@ -246,18 +260,7 @@ class OidcVerifier:
             discovery = self._get_json(
                 self.issuer.rstrip("/") + "/.well-known/openid-configuration"
             )
-            if discovery.get("issuer") != self.issuer:
-                log.warning(
-                    "OIDC discovery at %s names issuer %r, not the configured one",
-                    self.issuer,
-                    discovery.get("issuer"),
-                )
-                raise _Unreachable("discovery issuer mismatch")
-            url = discovery.get("jwks_uri")
-            if not isinstance(url, str):
-                log.warning("OIDC discovery at %s has no jwks_uri", self.issuer)
-                raise _Unreachable("no jwks_uri")
-            self.jwks_url = url
+            self.jwks_url = _discovered_jwks_url(self.issuer, discovery)
         return self.jwks_url
 
     def _get_json(self, url: str) -> t.Any:
@@ -272,6 +275,40 @@ class OidcVerifier:
             log.warning("identity provider: %s did not return a JSON object", url)
             raise _Unreachable(url)
         return body
+
+
+def _discovered_jwks_url(issuer: str, discovery: dict[str, t.Any]) -> str:
+    """The ``jwks_uri`` of a provider's discovery document, once the document checks out.
+
+    Authlib checks the document as OpenID Connect Discovery requires
+    (https, no query or fragment in the issuer); a provider on this machine
+    may use plain http, for development.
+    """
+    metadata = OpenIDProviderMetadata(discovery)
+    if metadata.get("issuer") != issuer:
+        log.warning(
+            "OIDC discovery at %s names issuer %r, not the configured one",
+            issuer,
+            metadata.get("issuer"),
+        )
+        raise _Unreachable("discovery issuer mismatch")
+    url = metadata.get("jwks_uri")
+    if not isinstance(url, str):
+        log.warning("OIDC discovery at %s has no jwks_uri", issuer)
+        raise _Unreachable("no jwks_uri")
+    try:
+        if not _loopback(issuer):
+            metadata.validate_issuer()
+        if not _loopback(url):
+            metadata.validate_jwks_uri()
+    except ValueError as e:
+        log.warning("OIDC discovery at %s is not acceptable: %s", issuer, e)
+        raise _Unreachable("bad discovery document") from None
+    return url
+
+
+def _loopback(url: str) -> bool:
+    return urlsplit(url).hostname in ("localhost", "127.0.0.1", "::1")
 
 
 def _pick(keys: KeySet, kid: str | None, alg: str) -> t.Any:
@@ -300,6 +337,12 @@ def make_verifier(config: t.Mapping[str, t.Any], instance_path: str) -> TokenVer
             "MEMSVC_JWKS_URL: choose local tokens or your identity provider's"
         )
     if oidc:
+        if not config["OIDC_ISSUER"]:
+            # Without it any issuer whose keys the JWKS holds would pass.
+            raise ConfigError(
+                "MEMSVC_OIDC_ISSUER must be set with MEMSVC_JWKS_URL: memsvc checks that "
+                "tokens' iss is your identity provider"
+            )
         if not config["JWT_AUDIENCE"]:
             raise ConfigError(
                 "MEMSVC_JWT_AUDIENCE must be set when tokens come from an OIDC provider"
@@ -330,7 +373,7 @@ def read_secret_file(instance_path: str) -> str | None:
 def create_secret_file(instance_path: str) -> str:
     """Create ``instance/jwt-secret`` (owner-only) unless it exists; return its path."""
     path = os.path.join(instance_path, SECRET_FILE)
-    os.makedirs(instance_path, exist_ok=True)
+    os.makedirs(instance_path, mode=0o700, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
+from click.testing import CliRunner
+from click.testing import Result
 
 from memsvc import create_app
-from memsvc.db import connect
-from memsvc.runtime import store as request_store
+from memsvc.api.context import store as request_store
+from memsvc.cli import Context
+from memsvc.cli import cli
 from memsvc.services import keys
 from memsvc.store import Store
+from memsvc.store import connect
 from tests.support.helpers import HashEmbedder
 
 
@@ -54,7 +59,7 @@ def make_app(tmp_path, db_path, local_embedder):
 
     yield make
     for app in apps:
-        app.extensions["memsvc"].db.close()
+        app.extensions["memsvc"].close()
 
 
 @pytest.fixture
@@ -81,8 +86,24 @@ def client(app):
 
 
 @pytest.fixture
-def runner(app):
-    return app.test_cli_runner()
+def cli_context(tmp_path, db_path, local_embedder):
+    """What the ``memsvc`` command reads: the test app's database and instance folder."""
+    return Context(
+        instance_path=str(tmp_path / "instance"),
+        overrides={"DATABASE": db_path, "LIMITS_DIR": str(tmp_path / "limits")},
+        embedder=local_embedder,
+    )
+
+
+@pytest.fixture
+def memsvc_cli(cli_context):
+    """Run ``memsvc ARGS...`` on the test app's database; returns click's result."""
+
+    def invoke(*args: str) -> Result:
+        context = dataclasses.replace(cli_context)
+        return CliRunner().invoke(cli, list(args), obj=context)
+
+    return invoke
 
 
 @pytest.fixture

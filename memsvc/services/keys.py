@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import uuid
@@ -68,11 +69,15 @@ def set_limits(store: Store, key_id: str, per_minute: int | None, concurrent: in
     with store.write():
         if not store.set_key_limits(key_id, per_minute, concurrent):
             raise NotFound("API key not found")
-        return store.get_key(key_id)
+        key = store.get_key(key_id)
+    if key is None:
+        raise NotFound("API key not found")
+    return key
 
 
 def list_for(store: Store, tenant: str | None) -> list[ApiKey]:
-    return store.list_keys(tenant)
+    with store.read():
+        return store.list_keys(tenant)
 
 
 def revoke(store: Store, tenant: str | None, key_id: str) -> ApiKey:
@@ -86,5 +91,8 @@ def revoke(store: Store, tenant: str | None, key_id: str) -> ApiKey:
             raise NotFound("API key not found")
         if tenant is not None and key.tenant != tenant:
             raise Unauthorized("API key belongs to another user")
-        store.revoke_key(key_id, clock.now_ms())
-        return store.get_key(key_id)
+        if key.revoked_at is not None:
+            return key
+        now = clock.now_ms()
+        store.revoke_key(key_id, now)
+    return dataclasses.replace(key, revoked_at=now)

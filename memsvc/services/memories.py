@@ -10,7 +10,8 @@ from ..embeddings import Embedder
 from ..errors import NotFound
 from ..models import Memory
 from ..models import ScoredMemory
-from ..search_cache import SearchCache
+from ..search import SearchCache
+from ..search import nearest
 from ..store import Store
 
 
@@ -57,20 +58,17 @@ def search(
     exact, with or without a ``cache``.
     """
     (vector,) = embedder.embed([query])
-    with store.read():
-        if cache is not None:
-            found = cache.nearest(store, tenant, user_id, vector, limit, threshold)
-        else:
-            found = store.nearest(tenant, user_id, vector, limit, threshold)
-    return [ScoredMemory(memory, similarity) for memory, similarity in found]
+    return nearest(store, cache, tenant, user_id, vector, limit, threshold)
 
 
 def get_all(store: Store, tenant: str, user_id: str, limit: int) -> list[Memory]:
-    return store.list_memories(tenant, user_id, limit)
+    with store.read():
+        return store.list_memories(tenant, user_id, limit)
 
 
 def get(store: Store, tenant: str, memory_id: str) -> Memory:
-    memory = store.get_memory(tenant, memory_id)
+    with store.read():
+        memory = store.get_memory(tenant, memory_id)
     if memory is None:
         raise NotFound("Memory not found")
     return memory
@@ -80,30 +78,3 @@ def delete(store: Store, tenant: str, memory_id: str) -> None:
     with store.write():
         if not store.delete_memory(tenant, memory_id):
             raise NotFound("Memory not found")
-
-
-def reembed(
-    store: Store,
-    embedder: Embedder,
-    batch_size: int = 64,
-    progress: t.Callable[[int], None] = lambda done: None,
-) -> int:
-    """Re-embed every memory with ``embedder`` and make it the database's model.
-
-    Resumable: run it again after an interruption and it continues. Returns
-    how many memories were embedded.
-    """
-    store.start_reembed(embedder.model_id)
-    done = 0
-    while True:
-        batch = store.unstaged_memories(batch_size)
-        if not batch:
-            if store.finish_reembed(embedder.model_id, embedder.dimensions):
-                return done
-            continue
-        vectors = embedder.embed([content for _, content in batch])
-        store.stage_vectors(
-            embedder.model_id, [(seq, v) for (seq, _), v in zip(batch, vectors, strict=True)]
-        )
-        done += len(batch)
-        progress(done)

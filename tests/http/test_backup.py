@@ -5,19 +5,18 @@ import uuid
 
 import numpy as np
 
-from memsvc.cli import cli
-from memsvc.db import connect
 from memsvc.models import Memory
 from memsvc.store import Store
+from memsvc.store import connect
 from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
 
 
 def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
-    app, client, runner, db_path, tmp_path, make_app
+    app, client, memsvc_cli, db_path, tmp_path, make_app
 ):
-    secret = runner.invoke(cli, ["keys", "create", "acme", "laptop"]).stdout.strip()
+    secret = memsvc_cli("keys", "create", "acme", "laptop").stdout.strip()
     auth = {"x-api-key": secret}
     before = [
         data(mutate(client, "memory.add", {"userId": "u", "content": f"before {i}"}, headers=auth))
@@ -45,7 +44,7 @@ def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
         while len(written) < 50:
             threading.Event().wait(0.01)
         target = tmp_path / "backup.sqlite3"
-        result = runner.invoke(cli, ["backup", str(target)])
+        result = memsvc_cli("backup", str(target))
     finally:
         stop.set()
         thread.join(30)
@@ -71,12 +70,12 @@ def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
     copy.conn.close()
 
 
-def test_backup_will_not_overwrite_unless_told(runner, tmp_path):
+def test_backup_will_not_overwrite_unless_told(memsvc_cli, tmp_path):
     target = tmp_path / "exists.sqlite3"
     target.write_text("precious")
-    refused = runner.invoke(cli, ["backup", str(target)])
+    refused = memsvc_cli("backup", str(target))
     assert refused.exit_code == 1 and "exists" in refused.stderr
     assert target.read_text() == "precious"
-    forced = runner.invoke(cli, ["backup", str(target), "--force"])
+    forced = memsvc_cli("backup", str(target), "--force")
     assert forced.exit_code == 0
     assert not (tmp_path / "exists.sqlite3.partial").exists()

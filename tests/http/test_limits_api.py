@@ -1,7 +1,6 @@
 """Request limits through HTTP: the 429 envelope, batches, per-key overrides."""
 
-from memsvc.cli import cli
-from memsvc.runtime import store
+from memsvc.api.context import store
 from tests.support.helpers import assert_error
 from tests.support.helpers import assert_error_item
 from tests.support.helpers import data
@@ -67,32 +66,32 @@ def test_zero_turns_the_limits_off(configured):
     assert all(get_all(client, auth["x-api-key"]).status_code == 200 for _ in range(150))
 
 
-def test_per_key_limits_from_the_command_line(app, client, runner):
-    secret = runner.invoke(cli, ["keys", "create", "acme", "ci"]).stdout.strip()
+def test_per_key_limits_from_the_command_line(app, client, memsvc_cli):
+    secret = memsvc_cli("keys", "create", "acme", "ci").stdout.strip()
     with app.app_context():
         [key] = store().list_keys("acme")
-    result = runner.invoke(cli, ["keys", "set-limits", key.id, "--per-minute", "2"])
+    result = memsvc_cli("keys", "set-limits", key.id, "--per-minute", "2")
     assert result.exit_code == 0, result.output
     assert "2 per minute, 10 (default) concurrent" in result.stdout
     assert [get_all(client, secret).status_code for _ in range(3)] == [200, 200, 429]
-    listing = runner.invoke(cli, ["keys", "list"]).stdout
+    listing = memsvc_cli("keys", "list").stdout
     assert "PER MINUTE" in listing and "10 (default)" in listing
-    raised = runner.invoke(cli, ["keys", "set-limits", key.id, "--per-minute", "500"])
+    raised = memsvc_cli("keys", "set-limits", key.id, "--per-minute", "500")
     assert raised.exit_code == 0
     assert get_all(client, secret).status_code == 200
-    reset = runner.invoke(cli, ["keys", "set-limits", key.id, "--reset"])
+    reset = memsvc_cli("keys", "set-limits", key.id, "--reset")
     assert "100 (default) per minute" in reset.stdout
 
 
-def test_set_limits_needs_something_to_set(app, runner):
-    secret = runner.invoke(cli, ["keys", "create", "acme", "ci"]).stdout.strip()
+def test_set_limits_needs_something_to_set(app, memsvc_cli):
+    secret = memsvc_cli("keys", "create", "acme", "ci").stdout.strip()
     assert secret
     with app.app_context():
         [key] = store().list_keys("acme")
-    assert runner.invoke(cli, ["keys", "set-limits", key.id]).exit_code == 2
-    missing = runner.invoke(cli, ["keys", "set-limits", "nope", "--per-minute", "1"])
+    assert memsvc_cli("keys", "set-limits", key.id).exit_code == 2
+    missing = memsvc_cli("keys", "set-limits", "nope", "--per-minute", "1")
     assert missing.exit_code == 1 and "not found" in missing.stderr
-    too_big = runner.invoke(cli, ["keys", "set-limits", key.id, "--per-minute", "100001"])
+    too_big = memsvc_cli("keys", "set-limits", key.id, "--per-minute", "100001")
     assert too_big.exit_code == 2
 
 

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from memsvc.runtime import store
+from memsvc.api.context import store
 from memsvc.services import keys
 from tests.support.helpers import assert_error
 from tests.support.helpers import data

@@ -25,7 +25,7 @@ import uuid
 import pytest
 import requests
 
-from memsvc.db import connect
+from memsvc.store import connect
 from tests.support import figures
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import start_server

@@ -32,7 +32,7 @@ import pytest
 import requests
 import urllib3
 
-from memsvc.db import connect
+from memsvc.store import connect
 from tests.support import figures
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import REPO

@@ -28,7 +28,7 @@ from hypothesis.stateful import rule
 from hypothesis.stateful import run_state_machine_as_test
 
 from memsvc import create_app
-from memsvc.runtime import runtime
+from memsvc.api.context import runtime
 from memsvc.tokens import LocalVerifier
 from tests.support import figures
 from tests.support.helpers import HashEmbedder

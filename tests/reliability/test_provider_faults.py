@@ -22,7 +22,7 @@ import pytest
 import requests
 import responses
 
-from memsvc.runtime import store as request_store
+from memsvc.api.context import store as request_store
 from memsvc.services import keys
 from tests.support import figures
 from tests.support.helpers import assert_error

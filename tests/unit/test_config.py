@@ -1,3 +1,5 @@
+import stat
+
 import pytest
 
 from memsvc import create_app
@@ -58,6 +60,7 @@ def test_the_database_defaults_to_the_instance_folder(tmp_path):
 def test_openai_needs_a_key_for_the_openai_api_but_not_for_local_servers(tmp_path):
     with pytest.raises(ConfigError, match="MEMSVC_EMBEDDING_API_KEY must be set"):
         make(tmp_path, EMBEDDER="openai")
+    (tmp_path / "b").mkdir()
     make(tmp_path / "b", EMBEDDER="openai", EMBEDDING_URL="http://127.0.0.1:11434/v1")
 
 
@@ -86,3 +89,20 @@ def test_an_unusable_database_path_fails_start_up(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(ConfigError, match="MEMSVC_DATABASE .* cannot be used"):
         make(tmp_path, DATABASE=str(tmp_path / "file" / "db.sqlite3"))
+
+
+def test_a_database_in_a_missing_folder_is_refused_and_nothing_is_created(tmp_path):
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(ConfigError, match="nonexistent does not exist"):
+        make(tmp_path, DATABASE=str(missing / "x.sqlite3"))
+    assert not missing.exists()
+
+
+def test_the_database_and_instance_folder_are_private(tmp_path):
+    app = create_app(instance_path=str(tmp_path / "inst"))
+    client = app.test_client()
+    assert client.get("/health").status_code == 200
+    assert stat.S_IMODE((tmp_path / "inst").stat().st_mode) == 0o700
+    for name in ("memsvc.sqlite3", "memsvc.sqlite3-wal", "memsvc.sqlite3-shm"):
+        assert stat.S_IMODE((tmp_path / "inst" / name).stat().st_mode) == 0o600, name
+    app.extensions["memsvc"].close()

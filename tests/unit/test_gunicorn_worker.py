@@ -7,8 +7,8 @@ import types
 import pytest
 from gunicorn.http import errors
 
-from memsvc.gunicorn_worker import classify
-from memsvc.gunicorn_worker import error_response
+from memsvc.serving.worker import classify
+from memsvc.serving.worker import error_response
 
 CFG = types.SimpleNamespace(limit_request_fields=100, limit_request_field_size=32768)
 

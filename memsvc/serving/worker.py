@@ -21,7 +21,7 @@ from gunicorn.http.wsgi import Response
 from gunicorn.http.wsgi import default_environ
 from gunicorn.workers.gthread import ThreadWorker
 
-from .errors import HTTP_STATUS
+from ..errors import HTTP_STATUS
 
 # By class name, so a gunicorn release lacking one of them still loads.
 _MESSAGES = {

@@ -6,25 +6,27 @@ import typing as t
 
 from gunicorn.app.base import BaseApplication
 
-from . import gunicorn_config
+from . import config
 
 
 class Server(BaseApplication):
+    """gunicorn with :mod:`memsvc.serving.config`, then ``options`` on top."""
+
     def __init__(self, options: dict[str, t.Any]):
         self.options = options
         super().__init__()
 
     def load_config(self) -> None:
-        for name in dir(gunicorn_config):
-            if name in self.cfg.settings:
-                self.cfg.set(name, getattr(gunicorn_config, name))
+        assert self.cfg is not None
+        for name in config.__all__:
+            self.cfg.set(name, getattr(config, name))
         for name, value in self.options.items():
             if value is not None:
                 self.cfg.set(name, value)
 
     def load(self) -> t.Any:
-        from . import ConfigError
-        from . import create_app
+        from .. import ConfigError
+        from .. import create_app
 
         try:
             return create_app()

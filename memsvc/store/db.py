@@ -16,7 +16,7 @@ import typing as t
 
 import sqlite_vec
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 Connection = t.Any  # a DB-API connection from whichever driver was chosen
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import typing as t
 
-from .. import auth
-from .. import schemas
-from ..runtime import embedder
-from ..runtime import runtime
-from ..runtime import store
 from ..services import memories
-from ..trpc import Call
-from ..trpc import Router
+from . import middleware
+from . import schemas
+from .context import embedder
+from .context import runtime
+from .context import store
+from .trpc import Call
+from .trpc import Router
 
-router = Router("memory", __name__, middleware=[auth.api_key, auth.limited, auth.record_use])
+router = Router(
+    "memory", __name__, middleware=[middleware.api_key, middleware.limited, middleware.record_use]
+)
 
 
 @router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.memory_out)

@@ -3,7 +3,7 @@
 Fast scans (sqlite-vec's KNN, a float32 matrix product) score in float32,
 which can misorder two memories whose similarities differ by less than the
 rounding error. So a scan only nominates candidates: every memory whose
-float32 score is within :data:`MARGIN` of the k-th best (or of the
+float32 score is within :data:`ERROR` of the k-th best (or of the
 threshold) is rescored in float64, and the final order comes from that.
 The result is what exact arithmetic over the stored vectors gives, ties
 broken newest first.

@@ -6,14 +6,14 @@ import typing as t
 
 from flask import current_app
 
-from .. import auth
-from .. import schemas
-from ..runtime import store
 from ..services import keys
-from ..trpc import Call
-from ..trpc import Router
+from . import middleware
+from . import schemas
+from .context import store
+from .trpc import Call
+from .trpc import Router
 
-router = Router("keys", __name__, middleware=[auth.bearer_token])
+router = Router("keys", __name__, middleware=[middleware.bearer_token])
 
 
 @router.query("list", output=schemas.keys_out)

@@ -5,7 +5,7 @@
 ``?batch=1`` the path holds several comma-separated procedures and the
 input is an object keyed ``"0"``, ``"1"``, ...; the answer is then an array
 with one envelope per call, in order. Each call is authenticated,
-validated and answered on its own, as tRPC does (``design/wire.md``).
+validated and answered on its own, as tRPC does.
 
 A call goes: find the procedure (404) → check the HTTP method (405) → its
 middleware (authentication, limits) → read and validate its input (400) →
@@ -34,14 +34,14 @@ from marshmallow import Schema
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from .errors import HTTP_STATUS
-from .errors import ApiError
-from .errors import BadRequest
-from .errors import InternalError
-from .errors import MethodNotSupported
-from .errors import NotFound
-from .errors import PayloadTooLarge
-from .errors import UnsupportedMediaType
+from ..errors import HTTP_STATUS
+from ..errors import ApiError
+from ..errors import BadRequest
+from ..errors import InternalError
+from ..errors import MethodNotSupported
+from ..errors import NotFound
+from ..errors import PayloadTooLarge
+from ..errors import UnsupportedMediaType
 from .schemas import error_text
 
 log = logging.getLogger(__name__)

@@ -16,16 +16,16 @@ from flask import current_app
 from flask import g
 from flask import request
 
-from . import clock
-from .errors import ApiError
-from .errors import TooManyRequests
-from .errors import Unauthorized
-from .limits import Limits
-from .limits import Refused
-from .models import ApiKey
-from .runtime import runtime
-from .runtime import store
-from .services import keys
+from .. import clock
+from ..errors import ApiError
+from ..errors import TooManyRequests
+from ..errors import Unauthorized
+from ..limits import Limits
+from ..limits import Refused
+from ..models import ApiKey
+from ..services import keys
+from .context import runtime
+from .context import store
 from .trpc import Call
 
 

@@ -1,4 +1,4 @@
-"""The in-memory search path returns exactly what the store's path and brute force do."""
+"""memsvc.search: the cached path returns exactly what the uncached path and brute force do."""
 
 import subprocess
 import sys
@@ -9,11 +9,12 @@ import uuid
 import numpy as np
 import pytest
 
-from memsvc.db import connect
 from memsvc.models import Memory
-from memsvc.search_cache import SearchCache
-from memsvc.similarity import exact_similarity
+from memsvc.search import SearchCache
+from memsvc.search import nearest
+from memsvc.search.exact import exact_similarity
 from memsvc.store import Store
+from memsvc.store import connect
 
 DIMS = 32
 
@@ -74,34 +75,19 @@ def ids(results):
     return [m.id for m, _ in results]
 
 
+def search(store, cache, user, query, k, threshold, tenant="t"):
+    found = nearest(store, cache, tenant, user, query, k, threshold)
+    return [(r.memory, r.similarity) for r in found]
+
+
 def check_all_paths(store, cache, user, query, k, threshold):
     expected = brute_force(store, user, query, k, threshold)
-    with store.read():
-        uncached = store.nearest("t", user, query, k, threshold)
-        cached = cache.nearest(store, "t", user, query, k, threshold)
+    uncached = search(store, None, user, query, k, threshold)
+    cached = search(store, cache, user, query, k, threshold)
     assert ids(uncached) == [i for i, _ in expected]
     assert ids(cached) == [i for i, _ in expected]
     for (_, a), (_, b), (_, c) in zip(uncached, cached, expected, strict=True):
         assert a == pytest.approx(c, abs=1e-12) and b == pytest.approx(c, abs=1e-12)
-
-
-def test_chunk_reader_agrees_with_vec0(db):
-    _, store = db
-    rng = np.random.default_rng(1)
-    vectors = rng.standard_normal((203, DIMS)).astype(np.float32)
-    memories = add(store, vectors)
-    add(store, rng.standard_normal((11, DIMS)).astype(np.float32), user="other")
-    with store.write():
-        for m in memories[::7]:
-            store.delete_memory("t", m.id)
-    seqs, created, got = store.user_vectors("t", "u")
-    assert len(seqs) == 203 - len(memories[::7])
-    for seq, vector in zip(seqs, got, strict=True):
-        (blob,) = store.conn.execute(
-            "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
-        ).fetchone()
-        assert np.array_equal(np.frombuffer(blob, dtype=np.float32), vector)
-    assert list(created) == sorted(created)
 
 
 @pytest.mark.parametrize("k, threshold", [(1, 0), (10, 0), (10, 0.5), (100, 0.2), (10, 0.99)])
@@ -142,7 +128,7 @@ def test_adds_and_deletes_are_seen_by_the_next_search(db):
     # The very vector just added is found first.
     [newest] = add(store, query[None, :])
     with store.read():
-        assert ids(cache.nearest(store, "t", "u", query, 1, 0)) == [newest.id]
+        assert ids(search(store, cache, "u", query, 1, 0)) == [newest.id]
 
 
 def test_many_deletes_are_compacted_away(db):
@@ -169,7 +155,7 @@ def test_other_users_and_tenants_never_leak_into_a_search(db):
     mine = add(store, rng.standard_normal((3, DIMS)).astype(np.float32))
     cache = SearchCache(2**20, DIMS)
     with store.read():
-        found = cache.nearest(store, "t", "u", target, 10, 0)
+        found = search(store, cache, "u", target, 10, 0)
     assert set(ids(found)) == {m.id for m in mine}
 
 
@@ -188,20 +174,21 @@ def test_memory_stays_within_the_bound_and_big_users_use_the_store(db):
 
 
 def test_replacing_every_vector_reloads_the_user(db):
-    from memsvc.services import memories as service
+    from memsvc.services import maintenance
+    from memsvc.services import memories
     from tests.support.helpers import HashEmbedder
 
     _, store = db
     embedder = HashEmbedder(DIMS, "test:random")
-    service.add(store, embedder, "t", "u", "alpha", {})
+    memories.add(store, embedder, "t", "u", "alpha", {})
     cache = SearchCache(2**20, DIMS)
     with store.read():
-        assert len(cache.nearest(store, "t", "u", embedder.vector("alpha"), 5, 0.99)) == 1
+        assert len(search(store, cache, "u", embedder.vector("alpha"), 5, 0.99)) == 1
     other = HashEmbedder(DIMS * 2, "test:other")
-    service.reembed(store, other)
+    maintenance.reembed(store, other)
     cache.row_bytes = DIMS * 2 * 4 + 21
     with store.read():
-        [(m, sim)] = cache.nearest(store, "t", "u", other.embed(["alpha"])[0], 5, 0.99)
+        [(m, sim)] = search(store, cache, "u", other.embed(["alpha"])[0], 5, 0.99)
     assert m.content == "alpha" and sim == pytest.approx(1)
 
 
@@ -215,7 +202,7 @@ def test_writes_from_another_process_are_seen_at_once(db):
     script = textwrap.dedent(
         f"""
         import uuid, numpy as np
-        from memsvc.db import connect
+        from memsvc.store import connect
         from memsvc.models import Memory
         from memsvc.store import Store
         store = Store(connect({path!r}))
@@ -228,7 +215,7 @@ def test_writes_from_another_process_are_seen_at_once(db):
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     with store.read():
-        found = ids(cache.nearest(store, "t", "u", query, 50, 0))
+        found = ids(search(store, cache, "u", query, 50, 0))
     assert found[0] == "other-process"
     assert first[0].id not in found
     check_all_paths(store, cache, "u", query, 50, 0)
@@ -261,8 +248,8 @@ def test_searches_while_another_thread_writes_stay_exact(db):
             while not stop.is_set():
                 q = r.standard_normal(DIMS).astype(np.float32)
                 with s.read():
-                    got = cache.nearest(s, "t", "u", q, 5, 0)
-                    want = s.nearest("t", "u", q, 5, 0)
+                    got = search(s, cache, "u", q, 5, 0)
+                    want = search(s, None, "u", q, 5, 0)
                 if ids(got) != ids(want):
                     errors.append((ids(got), ids(want)))
         except Exception as e:  # reported below

@@ -1,9 +1,8 @@
-"""Search through per-user float32 matrices held in memory, exact and coherent.
+"""Users' vectors held in memory as float32 matrices, kept coherent with the database.
 
-A search scans the user's vectors with one matrix-vector product, at
-memory-bandwidth speed, instead of sqlite-vec's scalar KNN; the candidates
-are then ranked exactly (:mod:`memsvc.similarity`), so the result is the
-same as the uncached path's.
+A search (:func:`memsvc.search.nearest`) scans a user's matrix with one
+matrix-vector product, at memory-bandwidth speed, instead of sqlite-vec's
+scalar KNN, then ranks the candidates exactly like the uncached path.
 
 Each worker process holds its own cache. Before every search it reads the
 user's change counters (:class:`memsvc.store.UserState`, one indexed row,
@@ -31,11 +30,8 @@ import threading
 
 import numpy as np
 
-from .models import Memory
-from .similarity import candidates
-from .similarity import rank
-from .store import Store
-from .store import UserState
+from ..store import Store
+from ..store import UserState
 
 # Masked-out (deleted) rows are compacted away once they are this share.
 _MAX_DEAD = 0.25
@@ -67,6 +63,17 @@ class _Snapshot:
     def dead(self) -> int:
         return 0 if self.alive is None else int(self.n - np.count_nonzero(self.alive[: self.n]))
 
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """Float32 cosine of each of rows ``[:n]`` with ``query``; ``-inf`` for deleted rows."""
+        n = self.n
+        q = np.asarray(query, dtype=np.float32)
+        # Embedders return unit vectors, but scale anyway so that scores
+        # are cosines whatever was stored.
+        scores = (self.matrix[:n] @ q) * self.scale[:n] * np.float32(1 / math.sqrt(q @ q))
+        if self.alive is not None:
+            scores[~self.alive[:n]] = -np.inf
+        return scores
+
 
 class SearchCache:
     """Users' vectors in memory, for exact search; bounded to ``max_bytes``."""
@@ -86,40 +93,20 @@ class SearchCache:
     def nbytes(self) -> int:
         return self._bytes
 
-    def nearest(
-        self, store: Store, tenant: str, user_id: str, query: np.ndarray, k: int, threshold: float
-    ) -> list[tuple[Memory, float]]:
-        """Like :meth:`Store.nearest`; call inside ``store.read()``."""
-        state = store.user_state(tenant, user_id)
-        if state is None or state.count == 0:
-            return []
-        snap = self._current(store, tenant, user_id, state)
-        if snap is None:
-            return store.nearest(tenant, user_id, query, k, threshold)
-        n = snap.n
-        q = np.asarray(query, dtype=np.float32)
-        # Embedders return unit vectors, but scale anyway so that scores
-        # are cosines whatever was stored.
-        scores = (snap.matrix[:n] @ q) * snap.scale[:n] * np.float32(1 / math.sqrt(q @ q))
-        if snap.alive is not None:
-            scores[~snap.alive[:n]] = -np.inf
-        idx = candidates(scores, k, threshold)
-        best = rank(snap.matrix[idx], snap.seqs[idx], snap.created[idx], query, k, threshold)
-        found = store.memories_by_seq([seq for seq, _ in best])
-        return [(found[seq], similarity) for seq, similarity in best if seq in found]
-
-    # -- keeping snapshots current ---------------------------------------------------
-
-    def _current(
+    def current(
         self, store: Store, tenant: str, user_id: str, state: UserState
     ) -> _Snapshot | None:
+        """The user's snapshot as of ``state``, refreshed if needed; None: not cached.
+
+        Call inside the read transaction that read ``state``. None when the
+        user is too large to cache, or when this transaction began before
+        the cached data was read (a cache never moves backwards).
+        """
         key = (tenant, user_id)
         snap = self._get(key)
         if snap is not None and snap.state == state:
             return snap
         if snap is not None and _behind(state, snap.state):
-            # This search's transaction began before the cached data was
-            # read; the cache must not move backwards, so the store answers.
             return None
         with self._lock:
             loading = self._loading.setdefault(key, threading.Lock())
@@ -133,6 +120,8 @@ class SearchCache:
             new = self._refresh(store, tenant, user_id, state, snap)
             self._put(key, snap, new)
             return new
+
+    # -- keeping snapshots current ---------------------------------------------------
 
     def _refresh(
         self,

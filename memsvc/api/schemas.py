@@ -19,11 +19,14 @@ from marshmallow import ValidationError
 from marshmallow import fields
 from marshmallow import validate
 
-from . import clock
-from .models import ApiKey
-from .models import CreatedKey
-from .models import Memory
-from .models import ScoredMemory
+from .. import clock
+from ..models import ApiKey
+from ..models import CreatedKey
+from ..models import Memory
+from ..models import ScoredMemory
+from ..text import InvalidText
+from ..text import check_text
+from ..text import check_unicode
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
@@ -38,12 +41,10 @@ def _limit(name: str) -> int:
 
 
 def _check_unicode(value: str) -> None:
-    # JSON can carry lone UTF-16 surrogates ("\ud800"), which are not text
-    # and cannot be stored or sent back as UTF-8.
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError("must be valid Unicode text (it has a lone surrogate)") from None
+        check_unicode(value)
+    except InvalidText as e:
+        raise ValidationError(str(e)) from None
 
 
 class Text(fields.String):
@@ -55,14 +56,10 @@ class Text(fields.String):
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if not text.strip():
-            raise ValidationError("must not be empty")
-        limit = _limit(self.max_setting)
-        if len(text) > limit:
-            raise ValidationError(f"must be at most {limit} characters long")
-        if "\x00" in text:
-            raise ValidationError("must not contain NUL characters")
-        _check_unicode(text)
+        try:
+            check_text(text, _limit(self.max_setting))
+        except InvalidText as e:
+            raise ValidationError(str(e)) from None
         return text
 
 

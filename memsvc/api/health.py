@@ -7,9 +7,9 @@ import logging
 from flask import Blueprint
 from flask import Response
 
-from . import clock
-from .runtime import runtime
-from .runtime import store
+from .. import clock
+from .context import runtime
+from .context import store
 from .trpc import json_response
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,44 @@
+"""The HTTP API: the tRPC wire layer, its routers, their middleware, and ``/health``.
+
+The only package (with the app factory) that knows about Flask: views parse
+and validate a call's input, call a service with plain values, and shape
+its result for the wire.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from flask import Flask
+from werkzeug.exceptions import HTTPException
+
+from ..errors import HTTP_STATUS
+from ..errors import for_code
+from . import health
+from . import keys
+from . import memory
+from . import trpc
+from .context import release_store
+
+_CODE_FOR_STATUS = {status: code for code, status in HTTP_STATUS.items()}
+
+
+def init_app(app: Flask) -> None:
+    """Mount the API on ``app``: /trpc with its routers, /health, JSON errors everywhere."""
+    app.teardown_appcontext(release_store)
+    app.extensions["trpc"] = {}
+    app.register_blueprint(trpc.bp)
+    app.register_blueprint(health.bp)
+    app.register_blueprint(memory.router)
+    app.register_blueprint(keys.router)
+    app.register_error_handler(HTTPException, _http_error)
+
+
+def _http_error(e: HTTPException) -> t.Any:
+    """Errors outside /trpc (unknown URLs, wrong methods) in the same envelope."""
+    status = e.code or 500
+    code = _CODE_FOR_STATUS.get(status, "INTERNAL_SERVER_ERROR" if status >= 500 else "BAD_REQUEST")
+    error = for_code(code, e.description or e.name)
+    valid = getattr(e, "valid_methods", None)
+    headers = {"Allow": ", ".join(valid)} if valid else None
+    return trpc.json_response(trpc.error_body(error, None), HTTP_STATUS[code], headers)

@@ -1,0 +1,36 @@
+"""The app's :class:`~memsvc.runtime.Runtime` and this request's store, for views."""
+
+from __future__ import annotations
+
+from flask import current_app
+from flask import g
+
+from ..embeddings import Embedder
+from ..runtime import Runtime
+from ..store import Store
+
+
+def runtime() -> Runtime:
+    return current_app.extensions["memsvc"]
+
+
+def store() -> Store:
+    """This request's store, on this thread's connection."""
+    if "memsvc_store" not in g:
+        g.memsvc_store = runtime().store()
+    return g.memsvc_store
+
+
+def embedder() -> Embedder:
+    return runtime().embedder
+
+
+def release_store(exc: BaseException | None = None) -> None:
+    """Teardown: leave no transaction open on the reused connection."""
+    s = g.pop("memsvc_store", None)
+    if s is None:
+        return
+    try:
+        s.reset()
+    except Exception:
+        runtime().db.discard()

@@ -1,1 +1,0 @@
-"""One module per tRPC router; each holds a :class:`memsvc.trpc.Router`."""

@@ -1,0 +1,1 @@
+"""Serving memsvc with gunicorn: its settings, memsvc's worker class, ``memsvc run``."""

@@ -1,0 +1,136 @@
+"""gunicorn settings for memsvc.
+
+Used by ``gunicorn wsgi:app`` (through ``gunicorn.conf.py`` at the top of
+the repository) and by ``memsvc run``. The address, workers and threads are
+memsvc settings (``MEMSVC_BIND``, ``WEB_CONCURRENCY``, ``MEMSVC_THREADS``),
+checked like every other: a bad one stops start-up with one line. Anything
+else can be overridden with gunicorn's own flags or ``GUNICORN_CMD_ARGS``.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import socket
+import typing as t
+
+from .. import settings as _settings
+from ..errors import ConfigError
+
+__all__ = [
+    "bind", "workers", "threads", "worker_class", "access_log_format", "timeout",
+    "graceful_timeout", "keepalive", "preload_app", "limit_request_line",
+    "limit_request_field_size", "accesslog", "errorlog", "control_socket_disable",
+    "on_starting", "post_worker_init",
+]  # fmt: skip
+
+# Without a query string: tRPC queries carry their input, user ids and
+# search text included, in the URL. MEMSVC_LOG_FULL_URLS=true logs it all.
+ACCESS_LOG_FORMAT = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s "%(a)s"'
+ACCESS_LOG_FORMAT_FULL = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s"'
+
+
+def options(values: t.Mapping[str, t.Any]) -> dict[str, t.Any]:
+    """gunicorn's settings for these memsvc settings."""
+    return {
+        "bind": [values["BIND"]],
+        # One process per core runs the embedding model and SQLite in parallel.
+        "workers": values["WORKERS"] or multiprocessing.cpu_count(),
+        # Threads, not more processes, for waiting: a call to a remote
+        # embedding provider spends most of its time waiting on the network,
+        # and SQLite and numpy release the GIL. Each thread keeps its own
+        # SQLite connection.
+        "threads": values["THREADS"],
+        "worker_class": "memsvc.serving.worker.JSONErrorThreadWorker",
+        "access_log_format": (
+            ACCESS_LOG_FORMAT_FULL if values["LOG_FULL_URLS"] else ACCESS_LOG_FORMAT
+        ),
+    }
+
+
+def check_address_free(address: str) -> None:
+    """Fail with one line naming MEMSVC_BIND if ``address`` cannot be listened on.
+
+    gunicorn would retry for five seconds and then log several lines.
+    """
+    if address.startswith("unix:") or address.startswith("fd://"):
+        return
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"MEMSVC_BIND {address!r} cannot be used: {e}") from None
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        # As gunicorn binds: a port in TIME_WAIT is free, one being listened on is not.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(sockaddr)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise ConfigError(
+                    f"MEMSVC_BIND {address!r}: the address is already in use "
+                    "(another server listens there; choose another port)"
+                ) from None
+            raise ConfigError(f"MEMSVC_BIND {address!r} cannot be used: {e.strerror}") from None
+
+
+def on_starting(server: t.Any) -> None:
+    if os.environ.get("LISTEN_FDS") or os.environ.get("GUNICORN_FD"):
+        return  # sockets handed over (systemd, a re-exec): nothing to bind
+    try:
+        for address in server.cfg.bind:
+            check_address_free(address)
+    except ConfigError as e:
+        raise SystemExit(f"memsvc: {e}") from None
+
+
+def post_worker_init(worker: t.Any) -> None:
+    # Load the embedding model now rather than on the first request.
+    runtime = getattr(worker.wsgi, "extensions", {}).get("memsvc")
+    if runtime is not None:
+        runtime.embedder.warm_up()
+
+
+try:
+    _values, _ = _settings.load(_settings.default_instance_path())
+except ConfigError as _e:
+    raise SystemExit(f"memsvc: {_e}") from None
+
+_options = options(_values)
+bind = _options["bind"]
+workers = _options["workers"]
+threads = _options["threads"]
+worker_class = _options["worker_class"]
+access_log_format = _options["access_log_format"]
+
+# Above the embedding client's own deadline (timeout x attempts + backoff,
+# 38 s with the defaults), so a slow provider is reported as an error to
+# the caller instead of the worker being killed mid-request.
+timeout = 60
+graceful_timeout = 30
+keepalive = 5
+
+# Load the app once in the master: a bad setting stops start-up with one
+# line instead of every worker failing, and workers share the loaded code.
+# The app opens no database connection and loads no model weights before
+# the fork.
+preload_app = True
+
+# tRPC queries carry their input in the URL, and gunicorn's default request
+# line limit (4094 bytes) is easily hit by a search or a batch. 0 lifts the
+# limit.
+limit_request_line = 0
+
+# Identity providers' tokens with many claims can exceed gunicorn's default
+# 8 KiB per header, which it would refuse with an HTML 431.
+limit_request_field_size = 32768
+
+accesslog = "-"
+errorlog = "-"
+
+# gunicorn 24+ opens a control socket at one fixed path per user, so a
+# second server on the same box (another memsvc, a test run) would clash.
+control_socket_disable = True

@@ -1,0 +1,371 @@
+"""Every setting memsvc has, in one table, and how they are read and checked.
+
+A setting ``X`` comes, in increasing precedence, from its default below,
+``instance/config.py`` (Python assignments: ``EMBEDDER = "openai"``), the
+environment variable ``MEMSVC_X`` (parsed as JSON where it can be, so
+``1536`` is a number and ``true`` a boolean; else kept as a string), and
+the mapping a test passes to ``create_app``. :data:`SETTINGS` drives the
+check at start-up (one line naming the first bad setting), ``memsvc
+settings``, the CLI's help where a setting is an option's default, and the
+table in ``docs/configuration.md`` (``memsvc settings --markdown``; a test
+fails when the two disagree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import sys
+import typing as t
+from urllib.parse import urlsplit
+
+from .errors import ConfigError
+from .limits import MAX_CONCURRENT
+from .limits import MAX_PER_MINUTE
+
+PREFIX = "MEMSVC_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: t.Any
+    check: t.Callable[[t.Any], bool]
+    #: What a valid value is, for the error message: "a positive whole number".
+    expected: str
+    #: One or two sentences for the docs.
+    help: str
+    section: str
+    #: Never shown: not in errors, not in ``memsvc settings``.
+    secret: bool = False
+    #: How the default reads in the docs when it is computed.
+    shown_default: str | None = None
+    #: The environment variable, when it is not ``MEMSVC_<name>``.
+    env_name: str | None = None
+
+    @property
+    def env(self) -> str:
+        return self.env_name or PREFIX + self.name
+
+    def describe_default(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None:
+            return "—"
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        if isinstance(self.default, int) and self.default >= 10_000:
+            return f"{self.default:,}"
+        return str(self.default)
+
+
+# -- checks ------------------------------------------------------------------
+
+
+def _whole(value: t.Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_int(value: t.Any) -> bool:
+    return _whole(value) and value > 0
+
+
+def non_negative_int(value: t.Any) -> bool:
+    return _whole(value) and value >= 0
+
+
+def _positive_number(value: t.Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _fraction(value: t.Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _text(value: t.Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _optional(check: t.Callable[[t.Any], bool]) -> t.Callable[[t.Any], bool]:
+    return lambda value: value is None or check(value)
+
+
+def _one_of(*choices: t.Any) -> t.Callable[[t.Any], bool]:
+    return lambda value: value in choices
+
+
+def _word(value: t.Any) -> bool:
+    return isinstance(value, str) and value.isascii() and value.isalnum()
+
+
+def _http_url(value: t.Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _address(value: t.Any) -> bool:
+    """host:port, [v6]:port or unix:/path, as gunicorn takes them."""
+    if not isinstance(value, str) or not value:
+        return False
+    if value.startswith("unix:"):
+        return len(value) > 5
+    host, sep, port = value.rpartition(":")
+    return bool(sep) and bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _int_range(low: int, high: int) -> t.Callable[[t.Any], bool]:
+    return lambda value: _whole(value) and low <= value <= high
+
+
+# -- the table ----------------------------------------------------------------
+
+_S = Setting
+
+SETTINGS: tuple[Setting, ...] = (
+    # Storage
+    _S("DATABASE", None, _text, "a file path",
+       "The SQLite database file. Its folder must exist (the default instance folder is created).",
+       "Storage", shown_default="instance/memsvc.sqlite3"),
+    _S("SQLITE_BUSY_TIMEOUT_MS", 10_000, non_negative_int, "a whole number of milliseconds",
+       "How long a write waits for another write to finish before failing.", "Storage"),
+    _S("SQLITE_SYNCHRONOUS", "FULL", _one_of("NORMAL", "FULL", "EXTRA"),
+       "one of NORMAL, FULL, EXTRA",
+       "`FULL`: every acknowledged write is on disk before the answer, even across power loss.",
+       "Storage"),
+    _S("SQLITE_MMAP_MB", 1024, non_negative_int, "a whole number of megabytes (0: off)",
+       "Read the database through a memory map of this size; loading a user's vectors is about "
+       "3x faster than through reads. 0 turns it off.", "Storage"),
+    # Embeddings
+    _S("EMBEDDER", "local", _one_of("local", "openai"), "one of local, openai",
+       "`local`: the bundled model, offline. `openai`: any OpenAI-compatible embeddings "
+       "endpoint.", "Embeddings"),
+    _S("LOCAL_MODEL_PATH", None, _optional(_text), "a directory path",
+       "Another sentence-transformers BERT model directory for `local` (default: the bundled "
+       "all-MiniLM-L6-v2).", "Embeddings", shown_default="bundled"),
+    _S("EMBEDDING_URL", "https://api.openai.com/v1", _http_url,
+       "an http(s) URL such as https://api.openai.com/v1",
+       "Base URL of the endpoint; memsvc POSTs to `{url}/embeddings`.", "Embeddings"),
+    _S("EMBEDDING_API_KEY", None, _optional(_text), "a string",
+       "Bearer key for the endpoint (required for api.openai.com).", "Embeddings", secret=True),
+    _S("EMBEDDING_MODEL", "text-embedding-3-small", _text, "a model name",
+       "Model name sent to the endpoint.", "Embeddings"),
+    _S("EMBEDDING_DIMENSIONS", 1536, positive_int, "a positive whole number",
+       "Vector size the endpoint returns.", "Embeddings"),
+    _S("EMBEDDING_SEND_DIMENSIONS", None, _optional(lambda v: isinstance(v, bool)),
+       "true or false",
+       "Send `dimensions` in the request; by default only for `text-embedding-3-*` models.",
+       "Embeddings", shown_default="auto"),
+    _S("EMBEDDING_TIMEOUT", 10.0, _positive_number, "a positive number of seconds",
+       "Seconds per attempt.", "Embeddings", shown_default="10"),
+    _S("EMBEDDING_MAX_RETRIES", 2, non_negative_int, "a whole number",
+       "Retries on timeouts, connection errors, 429 and 5xx, with exponential backoff "
+       "(honouring `Retry-After` up to 10 s).", "Embeddings"),
+    _S("EMBEDDING_MAX_CONCURRENCY", 3, positive_int, "a positive whole number",
+       "Calls per worker waiting on the provider at once. Further calls wait while the provider "
+       "keeps answering, and get `503` once a call under way has waited half the timeout; keep "
+       "it below the threads per worker so a slow provider always leaves a thread free.",
+       "Embeddings"),
+    # API keys and tokens
+    _S("API_KEY_WORD", "memsvc", _word, "letters and digits only",
+       "The word in API key secrets: `sk_<word>_<64 hex digits>`.", "API keys and tokens"),
+    _S("OIDC_ISSUER", None, _optional(_http_url), "an http(s) URL",
+       "Your identity provider's issuer; must equal the tokens' `iss`. Turns on OIDC mode.",
+       "API keys and tokens"),
+    _S("JWKS_URL", None, _optional(_http_url), "an http(s) URL",
+       "The provider's JWKS URL, if it is not to be found through discovery.",
+       "API keys and tokens", shown_default="from discovery"),
+    _S("JWT_AUDIENCE", None, _optional(_text), "a string",
+       "Required `aud` of tokens (required in OIDC mode).", "API keys and tokens"),
+    _S("JWT_SECRET", None, _optional(lambda v: isinstance(v, str) and len(v) >= 32),
+       "at least 32 characters long",
+       "HS256 secret for local tokens (when no OIDC provider is set).",
+       "API keys and tokens", secret=True, shown_default="instance/jwt-secret"),
+    _S("JWT_TENANT_CLAIM", "sub", _text, "a claim name",
+       "The token claim that names the tenant.", "API keys and tokens"),
+    _S("JWT_LEEWAY_SECONDS", 30, non_negative_int, "a whole number of seconds",
+       "Clock skew allowed on `exp` and `nbf`.", "API keys and tokens"),
+    _S("JWKS_CACHE_SECONDS", 3600, positive_int, "a positive whole number of seconds",
+       "How long fetched signing keys are trusted.", "API keys and tokens"),
+    _S("JWKS_MIN_REFRESH_SECONDS", 60, non_negative_int, "a whole number of seconds",
+       "Least time between JWKS fetches (a token naming an unknown key triggers one).",
+       "API keys and tokens"),
+    _S("LAST_USED_RESOLUTION_SECONDS", 1, non_negative_int, "a whole number of seconds",
+       "Least time between `lastUsedAt` writes per key, so reads do not each become a write.",
+       "API keys and tokens"),
+    # Limits
+    _S("RATE_LIMIT_PER_MINUTE", 100, _int_range(0, MAX_PER_MINUTE),
+       f"a whole number from 0 (no limit) to {MAX_PER_MINUTE}",
+       "Calls per API key in any rolling 60 s, on all workers together (0: no limit).",
+       "Limits"),
+    _S("CONCURRENCY_LIMIT", 10, _int_range(0, MAX_CONCURRENT),
+       f"a whole number from 0 (no limit) to {MAX_CONCURRENT}",
+       "Calls per API key executing at once, on all workers together (0: no limit).", "Limits"),
+    _S("LIMITS_DIR", None, _optional(_text), "a directory path",
+       "Where the limiter keeps its shared state.", "Limits",
+       shown_default="/dev/shm/memsvc-limits-<id>"),
+    _S("MAX_CONTENT_LENGTH", 1024 * 1024, positive_int, "a positive number of bytes",
+       "Largest request body, in bytes (`413` beyond).", "Limits"),
+    _S("MAX_CONTENT_CHARS", 65_536, positive_int, "a positive whole number",
+       "Longest `content` or `query`, in characters.", "Limits"),
+    _S("MAX_USER_ID_CHARS", 256, positive_int, "a positive whole number",
+       "Longest `userId`, in characters.", "Limits"),
+    _S("MAX_NAME_CHARS", 256, positive_int, "a positive whole number",
+       "Longest API key `name`, in characters.", "Limits"),
+    _S("MAX_METADATA_BYTES", 65_536, positive_int, "a positive number of bytes",
+       "Largest `metadata`, as compact JSON.", "Limits"),
+    _S("MAX_METADATA_DEPTH", 32, positive_int, "a positive whole number",
+       "Deepest `metadata` nesting.", "Limits"),
+    _S("MAX_BATCH_SIZE", 100, positive_int, "a positive whole number",
+       "Most calls in one batch request.", "Limits"),
+    # Search
+    _S("SEARCH_CACHE_MB", 256, non_negative_int, "a whole number of megabytes (0: no cache)",
+       "Per worker: users' vectors kept in memory for search, least recently searched dropped "
+       "first (0: off).", "Search"),
+    # Serving
+    _S("BIND", "127.0.0.1:8000", _address, "host:port or unix:/path",
+       "Address gunicorn listens on.", "Serving"),
+    _S("WORKERS", None, _optional(positive_int), "a positive whole number",
+       "Worker processes (gunicorn's `WEB_CONCURRENCY`).", "Serving",
+       shown_default="one per core", env_name="WEB_CONCURRENCY"),
+    _S("THREADS", 4, positive_int, "a positive whole number", "Threads per worker process.",
+       "Serving"),
+    _S("LOG_FULL_URLS", False, lambda v: isinstance(v, bool), "true or false",
+       "Write whole URLs, query string included, to the access log. Off by default: tRPC "
+       "queries carry their input (user ids, search text) in the URL.", "Serving"),
+)  # fmt: skip
+
+BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+DEFAULTS: dict[str, t.Any] = {s.name: s.default for s in SETTINGS}
+SECRETS = frozenset(s.name for s in SETTINGS if s.secret)
+
+
+# -- reading --------------------------------------------------------------------
+
+
+def parse_env_value(text: str) -> t.Any:
+    """An environment value as JSON where it parses (``10``, ``true``), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def from_environment(environ: t.Mapping[str, str]) -> dict[str, t.Any]:
+    values: dict[str, t.Any] = {}
+    for setting in SETTINGS:
+        raw = environ.get(setting.env)
+        if raw is None or (setting.env_name and raw == ""):
+            continue
+        # A secret is a string whatever it looks like ("12345...").
+        values[setting.name] = raw if setting.secret else parse_env_value(raw)
+    return values
+
+
+def from_file(path: str) -> dict[str, t.Any]:
+    """The upper-case names assigned in a Python settings file, if it exists."""
+    if not os.path.exists(path):
+        return {}
+    namespace: dict[str, t.Any] = {"__file__": path}
+    try:
+        with open(path, "rb") as f:
+            exec(compile(f.read(), path, "exec"), namespace)  # noqa: S102 - the operator's file
+    except Exception as e:
+        raise ConfigError(f"{path} cannot be read: {type(e).__name__}: {e}") from None
+    return {k: v for k, v in namespace.items() if k.isupper()}
+
+
+def unknown_names(environ: t.Mapping[str, str]) -> list[str]:
+    """Warnings for ``MEMSVC_*`` variables that are no setting, naming the closest one."""
+    known = {s.env for s in SETTINGS}
+    out = []
+    for name in sorted(environ):
+        if not name.startswith(PREFIX) or name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        out.append(f"{name} is not a memsvc setting and is ignored{hint}")
+    return out
+
+
+def load(
+    instance_path: str,
+    overrides: t.Mapping[str, t.Any] | None = None,
+    environ: t.Mapping[str, str] | None = None,
+) -> tuple[dict[str, t.Any], list[str]]:
+    """The effective settings, checked, and warnings about names that are no setting.
+
+    Keys of ``overrides`` that are no memsvc setting (Flask's ``TESTING``)
+    pass through unchecked.
+    """
+    environ = os.environ if environ is None else environ
+    values = dict(DEFAULTS)
+    values.update(from_file(os.path.join(instance_path, "config.py")))
+    values.update(from_environment(environ))
+    if overrides:
+        values.update(overrides)
+    if values["DATABASE"] is None:
+        values["DATABASE"] = os.path.join(instance_path, "memsvc.sqlite3")
+    validate(values)
+    return values, unknown_names(environ)
+
+
+def validate(values: t.MutableMapping[str, t.Any]) -> None:
+    """Check every setting, raising :class:`ConfigError` naming the first bad one."""
+    for setting in SETTINGS:
+        value = values.get(setting.name)
+        if not setting.check(value):
+            shown = "(hidden)" if setting.secret else repr(value)
+            raise ConfigError(f"{setting.env} must be {setting.expected}, got {shown}")
+    if values["EMBEDDER"] == "openai" and not values.get("EMBEDDING_API_KEY"):
+        # Local OpenAI-compatible servers often need no key; only the
+        # OpenAI API itself is known to require one.
+        if urlsplit(values["EMBEDDING_URL"]).hostname == "api.openai.com":
+            raise ConfigError(
+                "MEMSVC_EMBEDDING_API_KEY must be set when MEMSVC_EMBEDDER is openai "
+                "and MEMSVC_EMBEDDING_URL is the OpenAI API"
+            )
+
+
+def shown(values: t.Mapping[str, t.Any]) -> list[tuple[str, str]]:
+    """(variable, value) for ``memsvc settings``: secrets hidden, unset ones as —."""
+    out = []
+    for setting in SETTINGS:
+        value = values.get(setting.name)
+        if setting.secret and value is not None:
+            text = "(set, hidden)"
+        elif value is None:
+            text = f"— ({setting.describe_default()})" if setting.shown_default else "—"
+        else:
+            text = json.dumps(value) if isinstance(value, bool) else str(value)
+        out.append((setting.env, text))
+    return out
+
+
+def markdown() -> str:
+    """The settings table of ``docs/configuration.md``, one table per section."""
+    lines: list[str] = []
+    for section in dict.fromkeys(s.section for s in SETTINGS):
+        lines += [f"### {section}", "", "| Variable | Default | Meaning |", "|---|---|---|"]
+        for s in SETTINGS:
+            if s.section == section:
+                default = s.describe_default()
+                default = default if default == "—" else f"`{default}`"
+                secret = " Secret: never logged or shown." if s.secret else ""
+                lines.append(f"| `{s.env}` | {default} | {s.help}{secret} |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def default_instance_path() -> str:
+    """``instance/`` beside the package, or ``<prefix>/var/memsvc-instance`` when installed.
+
+    The same folder Flask would choose for the app.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.basename(root) in ("site-packages", "dist-packages"):
+        return os.path.join(sys.prefix, "var", "memsvc-instance")
+    return os.path.join(root, "instance")

@@ -1,0 +1,134 @@
+"""The database schema and its migrations, one numbered step at a time.
+
+``memsvc_meta`` records the schema version and the embedding model the
+stored vectors come from. :func:`migrate` brings any older database up to
+:data:`SCHEMA_VERSION` in one transaction and refuses a newer one.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+from . import vec0
+
+SCHEMA_VERSION = 3
+
+
+class StoreMismatch(Exception):
+    """The database was made for another embedding model or a newer memsvc."""
+
+
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            key_id TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            secret_hash BLOB NOT NULL UNIQUE,
+            created_at INTEGER NOT NULL,
+            last_used_at INTEGER,
+            revoked_at INTEGER
+        )""",
+        "CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at)",
+        """CREATE TABLE memories (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX memories_by_user ON memories (tenant, user_id, created_at DESC, seq DESC)",
+        *vec0.TABLE,
+    ],
+    2: [
+        # Per-key overrides of the global request limits (NULL: the default).
+        "ALTER TABLE api_keys ADD COLUMN rate_limit INTEGER",
+        "ALTER TABLE api_keys ADD COLUMN concurrency_limit INTEGER",
+    ],
+    3: [
+        # One row per end user, changed in the same transaction as their
+        # memories: a search cache compares it to tell, with one indexed
+        # read, whether a user's vectors changed (even by another process)
+        # and how: new memories only (max_seq grew), deletions, or all
+        # vectors replaced (generation).
+        """CREATE TABLE memory_users (
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            max_seq INTEGER NOT NULL,
+            deletes INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            PRIMARY KEY (tenant, user_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO memory_users (tenant, user_id, count, max_seq, deletes, generation)
+        SELECT tenant, user_id, count(*), max(seq), 0, 0 FROM memories GROUP BY tenant, user_id""",
+        # A user's memories in insertion order, with their times: loads a
+        # user's new memories, and lists them, without touching the table.
+        "CREATE INDEX memories_by_user_seq ON memories (tenant, user_id, seq, created_at)",
+    ],
+}
+
+
+def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    """Create or upgrade the schema; a new database records the embedder.
+
+    Call inside a write transaction. An existing database keeps the
+    embedder it records (see :func:`check_embedder`).
+    """
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS memsvc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    )
+    version = int(get_meta(conn, "schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise StoreMismatch(
+            f"the database has schema version {version}, newer than this memsvc "
+            f"({SCHEMA_VERSION}); upgrade memsvc"
+        )
+    if version == 0:
+        set_meta(conn, "embedder", embedder_id)
+        set_meta(conn, "dimensions", str(dimensions))
+    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[step]:
+            conn.execute(vec0.render(statement, recorded_dims))
+        set_meta(conn, "schema_version", str(step))
+
+
+def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
+    """The (model id, dimensions) the stored vectors come from."""
+    try:
+        model = get_meta(conn, "embedder")
+        dims = get_meta(conn, "dimensions")
+    except Exception:
+        return None
+    if model is None or dims is None:
+        return None
+    return model, int(dims)
+
+
+def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    recorded = recorded_embedder(conn)
+    if recorded is not None and recorded != (embedder_id, dimensions):
+        raise StoreMismatch(
+            f"the database holds vectors from {recorded[0]} ({recorded[1]} dimensions) but the "
+            f"configured embedder is {embedder_id} ({dimensions} dimensions); switch back with "
+            "MEMSVC_EMBEDDER / MEMSVC_EMBEDDING_MODEL / MEMSVC_EMBEDDING_DIMENSIONS, or run "
+            "'memsvc reembed' to re-embed every memory with the configured one"
+        )
+
+
+def get_meta(conn: t.Any, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: t.Any, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO memsvc_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )

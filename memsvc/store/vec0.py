@@ -1,0 +1,82 @@
+"""What memsvc knows of sqlite-vec's private storage layout, in one place.
+
+A ``vec0`` table keeps its vectors in shadow tables, ``chunk_size`` slots
+per chunk and one chunk list per partition (here: tenant + user).
+``tests/unit/test_vec0.py`` checks this module against vec0's own answers,
+so a sqlite-vec upgrade that changes the layout fails there first.
+"""
+
+from __future__ import annotations
+
+import typing as t
+
+import numpy as np
+
+# vec0 allocates chunk_size vectors per partition (tenant + user) up front.
+# 8 is the smallest it accepts: a user with 3 memories then costs 8 slots
+# instead of the default 1024 (6 MB at 1536 dims). Large users span many
+# chunks; bench/storage.py measures both cases.
+CHUNK_SIZE = 8
+
+#: sqlite-vec refuses KNN queries for more rows than this.
+KNN_MAX = 4096
+
+TABLE = [
+    """CREATE VIRTUAL TABLE memory_vectors USING vec0(
+            tenant TEXT PARTITION KEY,
+            user_id TEXT PARTITION KEY,
+            embedding FLOAT[{dimensions}] distance_metric=cosine,
+            chunk_size={chunk_size}
+        )""",
+    # vec0 looks up a partition's chunks with a WHERE on these columns of
+    # its shadow table, which has no index of its own: without this one
+    # every search and insert scans the chunks of all users.
+    "CREATE INDEX memory_vectors_chunks_by_partition "
+    "ON memory_vectors_chunks (partition00, partition01)",
+]
+
+
+def render(statement: str, dimensions: int) -> str:
+    return statement.replace("{dimensions}", str(int(dimensions))).replace(
+        "{chunk_size}", str(CHUNK_SIZE)
+    )
+
+
+def read_vectors(
+    conn: t.Any, tenant: str, user_id: str, seqs: np.ndarray, spare: int
+) -> np.ndarray:
+    """The vectors of ``seqs`` (ascending rowids) of one partition, plus ``spare`` zero rows.
+
+    A chunk row holds a validity bitmap (bit i little-endian: slot i is in
+    use), the slots' rowids (int64) and, in the vector chunk table, the
+    slots' vectors (float32) back to back. Each chunk is copied straight
+    into its rows of one array: no intermediate copies.
+    """
+    cursor = conn.execute(
+        # vec0 declares a column named "rowid" in this table, which hides
+        # the real rowid (the chunk id) unless it is called _rowid_; a join
+        # on the column would scan every vector chunk.
+        "SELECT c.validity, c.rowids, v.vectors "
+        "FROM memory_vectors_chunks AS c "
+        "JOIN memory_vectors_vector_chunks00 AS v ON v._rowid_ = c.chunk_id "
+        "WHERE c.partition00 = ? AND c.partition01 = ?",
+        (tenant, user_id),
+    )
+    n = len(seqs)
+    out: np.ndarray | None = None
+    filled = 0
+    for validity, rowids, blob in cursor:
+        ids = np.frombuffer(rowids, dtype=np.int64)
+        valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+        valid = valid[: len(ids)].astype(bool)
+        if not valid.any():
+            continue
+        vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
+        if out is None:
+            out = np.zeros((n + spare, vecs.shape[1]), dtype=np.float32)
+        where = np.searchsorted(seqs, ids[valid])
+        out[where] = vecs[valid]
+        filled += len(where)
+    if out is None or filled != n:
+        raise RuntimeError(f"vectors of {tenant}/{user_id}: found {filled} of {n}")
+    return out

@@ -1,0 +1,75 @@
+"""memsvc.store.vec0 against sqlite-vec itself: the storage layout memsvc reads directly."""
+
+import uuid
+
+import numpy as np
+import pytest
+
+from memsvc import search
+from memsvc.models import Memory
+from memsvc.store import vec0
+
+DIMS = 16
+
+
+def memory(user="u", tenant="t"):
+    return Memory(str(uuid.uuid4()), tenant, user, "text", {}, 1000, 1000)
+
+
+def unit(v):
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def rand(seed=0):
+    return unit(np.random.default_rng(seed).standard_normal(DIMS))
+
+
+def add(store, vectors, user="u", tenant="t"):
+    memories = [memory(user, tenant) for _ in range(len(vectors))]
+    with store.write():
+        store.insert_memories(memories, np.asarray(vectors, dtype=np.float32))
+    return memories
+
+
+def count(store, table):
+    return store.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def test_chunk_reader_agrees_with_vec0(store):
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((203, DIMS)).astype(np.float32)
+    memories = add(store, vectors)
+    add(store, rng.standard_normal((11, DIMS)).astype(np.float32), user="other")
+    with store.write():
+        for m in memories[::7]:
+            store.delete_memory("t", m.id)
+    seqs, created, _ = store.user_vectors("t", "u")
+    got = vec0.read_vectors(store.conn, "t", "u", seqs, spare=3)
+    assert len(seqs) == 203 - len(memories[::7]) and len(got) == len(seqs) + 3
+    assert not got[len(seqs) :].any()
+    got = got[: len(seqs)]
+    for seq, vector in zip(seqs, got, strict=True):
+        (blob,) = store.conn.execute(
+            "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
+        ).fetchone()
+        assert np.array_equal(np.frombuffer(blob, dtype=np.float32), vector)
+    assert list(created) == sorted(created)
+
+
+def test_vector_chunks_are_looked_up_by_index_not_scan(store):
+    plan = store.conn.execute(
+        "EXPLAIN QUERY PLAN SELECT chunk_id, validity, rowids FROM memory_vectors_chunks "
+        "WHERE partition00 = ? AND partition01 = ?",
+        ("t", "u"),
+    ).fetchall()
+    assert "memory_vectors_chunks_by_partition" in str(plan)
+
+
+def test_many_users_each_get_their_own_chunks(store):
+    for u in range(20):
+        add(store, [rand(seed=u)], user=f"u{u}")
+    chunks = count(store, "memory_vectors_chunks")
+    assert chunks == 20
+    for u in range(20):
+        [found] = search.nearest(store, None, "t", f"u{u}", rand(seed=u), 5, 0)
+        assert found.similarity == pytest.approx(1, abs=1e-6)
