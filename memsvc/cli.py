@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 import typing as t
 
@@ -152,6 +151,7 @@ _THREADS = settings_table.BY_NAME["THREADS"]
 
 
 @cli.command("run")
+@pass_context
 @click.option(
     "--bind",
     "-b",
@@ -171,10 +171,13 @@ _THREADS = settings_table.BY_NAME["THREADS"]
     default=None,
     help=f"Threads per worker [{_THREADS.env}, default {_THREADS.describe_default()}].",
 )
-def run(bind: str | None, workers: int | None, threads: int | None) -> None:
+def run(ctx: Context, bind: str | None, workers: int | None, threads: int | None) -> None:
     """Serve memsvc with gunicorn and its settings (memsvc/serving/config.py)."""
     if bind is not None and not _BIND.check(bind):
         raise click.BadParameter(f"must be {_BIND.expected}", param_hint="--bind")
+    # Every setting is checked before gunicorn loads: gunicorn itself would
+    # fail with a traceback on some (WEB_CONCURRENCY=abc).
+    ctx.settings()
     from .serving import config
     from .serving.run import Server
 
@@ -385,4 +388,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

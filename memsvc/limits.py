@@ -98,6 +98,7 @@ class _KeyState:
             self._map()
             if self.words is None:
                 return False
+        assert self.words is not None
         magic, rate_cap, conc_cap, head = self.words[:_HEADER_WORDS].tolist()
         if magic != _MAGIC or rate_cap < 1 or conc_cap < 1 or not 0 <= head < rate_cap:
             return False
@@ -117,10 +118,12 @@ class _KeyState:
 
     @property
     def head(self) -> int:
+        assert self.words is not None  # only read after load()
         return int(self.words[3])
 
     @head.setter
     def head(self, value: int) -> None:
+        assert self.words is not None
         self.words[3] = value
 
     def rebuild(self, rate_cap: int, conc_cap: int, keep: bool) -> None:
@@ -138,6 +141,7 @@ class _KeyState:
             os.ftruncate(self.fd, max(8 * needed, os.fstat(self.fd).st_size))
             self._map()
         words = self.words
+        assert words is not None  # just mapped, large enough
         words[_HEADER_WORDS:needed] = 0
         words[:_HEADER_WORDS] = (_MAGIC, rate_cap, conc_cap, len(times) % rate_cap)
         self.layout = (0, 0)
@@ -168,7 +172,13 @@ class Limiter:
         # Files opened before a fork belong to the parent: a forked worker
         # starts afresh (and never needs to ask for its pid on a hot path).
         me = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (lim := me()) and lim._forget())
+
+        def forget_in_child() -> None:
+            limiter = me()
+            if limiter is not None:
+                limiter._forget()
+
+        os.register_at_fork(after_in_child=forget_in_child)
 
     def _forget(self) -> None:
         self._pid = os.getpid()

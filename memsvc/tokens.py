@@ -187,7 +187,7 @@ class OidcVerifier:
     def __init__(
         self,
         *,
-        issuer: str | None,
+        issuer: str,
         jwks_url: str | None,
         audience: str,
         tenant_claim: str = "sub",
@@ -256,7 +256,6 @@ class OidcVerifier:
 
     def _jwks_url(self) -> str:
         if self.jwks_url is None:
-            assert self.issuer is not None
             discovery = self._get_json(
                 self.issuer.rstrip("/") + "/.well-known/openid-configuration"
             )

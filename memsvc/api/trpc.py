@@ -26,10 +26,10 @@ import typing as t
 from urllib.parse import unquote_to_bytes
 
 from flask import Blueprint
-from flask import Flask
 from flask import Response
 from flask import current_app
 from flask import request
+from flask.sansio.app import App
 from marshmallow import Schema
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -125,7 +125,7 @@ class Router(Blueprint):
 
         return decorator
 
-    def register(self, app: Flask, options: dict) -> None:
+    def register(self, app: App, options: dict) -> None:
         super().register(app, options)
         app.extensions.setdefault("trpc", {}).update(self.procedures)
 
@@ -198,8 +198,8 @@ def _run(call: Call) -> tuple[t.Any, int, dict[str, str]]:
         return error_body(e, call.path), e.status, e.headers
     except Exception:
         log.exception("%s failed", call.path)
-        e = InternalError("Internal server error")
-        return error_body(e, call.path), e.status, {}
+        internal = InternalError("Internal server error")
+        return error_body(internal, call.path), internal.status, {}
 
 
 def _execute(call: Call) -> t.Any:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import re
 import threading
 import time
 import typing as t
@@ -44,7 +45,22 @@ _BACKOFF_MAX = 8.0
 # A provider asking us to come back later than this is treated as down:
 # waiting would hold the caller's request for longer than it is worth.
 _RETRY_AFTER_MAX = 10.0
-_LENGTH_WORDS = ("too long", "maximum context", "context length", "maximum input", "token")
+# How providers say a text is longer than the model takes (OpenAI: "maximum
+# context length", "too many tokens"); "token" alone also names credentials.
+_LENGTH_WORDS = (
+    "too long",
+    "maximum context",
+    "context length",
+    "maximum input",
+    "too many tokens",
+    "token limit",
+    "tokens exceed",
+)
+# Credentials a provider might echo back in its error text: bearer tokens,
+# key-shaped strings (sk-..., long runs of key characters).
+_SECRET_SHAPES = re.compile(
+    r"(?i)\bbearer\s+\S+|\b(?:sk|pk|rk|key|api[_-]?key)[-_][A-Za-z0-9_\-]{8,}|[A-Za-z0-9_\-+/=]{32,}"
+)
 
 
 class _Retry(Exception):
@@ -86,6 +102,7 @@ class OpenAIEmbedder:
         # (not merely this box busy): calls beyond the slots stop waiting.
         self.slow_call = timeout / 2
         self._headers = {"Content-Type": "application/json"}
+        self._api_key = api_key
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._local = threading.local()
@@ -233,7 +250,8 @@ class OpenAIEmbedder:
                 )
             raise _Retry(f"HTTP {resp.status_code}", retry_after)
         if resp.status_code == 400:
-            message = _error_message(resp)
+            message = self._redacted(_error_message(resp))
+            log.info("embedding provider refused a text: %s", message)
             if any(word in message.lower() for word in _LENGTH_WORDS):
                 raise InputTooLong(f"text is too long for the embedding model: {message}")
             raise BadRequest(f"the embedding provider rejected the text: {message}")
@@ -244,6 +262,10 @@ class OpenAIEmbedder:
             return resp.json()
         except ValueError:
             raise ProviderError("embedding provider failed: the answer is not JSON") from None
+
+    def _redacted(self, message: str) -> str:
+        """A provider's error text, safe to show the caller and to log."""
+        return redact(message, self._api_key)
 
     def _vectors(self, body: t.Any, count: int) -> np.ndarray:
         try:
@@ -274,6 +296,13 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` and anything shaped like a credential replaced."""
+    if secret:
+        text = text.replace(secret, "[redacted]")
+    return _SECRET_SHAPES.sub("[redacted]", text)
 
 
 def _error_message(resp: requests.Response) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import ssl
+import typing as t
 
 from gunicorn import util
 from gunicorn.http import errors as http_errors
@@ -51,7 +52,7 @@ _SERVER_FAULTS = {"InvalidResponseHeader", "InvalidResponseHeaderName", "Configu
 _REASONS = {400: "Bad Request", 403: "Forbidden", 500: "Internal Server Error"}
 
 
-def classify(exc: BaseException, cfg: object = None) -> tuple[str, str]:
+def classify(exc: BaseException, cfg: t.Any = None) -> tuple[str, str]:
     """The tRPC error code and a caller-safe message for a refused request.
 
     The message never quotes the request: it may hold a secret.

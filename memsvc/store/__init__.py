@@ -15,6 +15,7 @@ schema lives in :mod:`.schema`, what memsvc knows of vec0's storage in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -57,7 +58,8 @@ def _key(row: t.Sequence[t.Any]) -> ApiKey:
     return ApiKey(*row)
 
 
-class UserState(t.NamedTuple):
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserState:
     """A user's change counters; any write to their memories changes them."""
 
     count: int
@@ -250,7 +252,7 @@ class Store:
             (_blob(vector), k, tenant, user_id),
         ).fetchall()
 
-    def created_of(self, seqs: t.Sequence[int]) -> np.ndarray:
+    def created_of(self, seqs: t.Sequence[int] | np.ndarray) -> np.ndarray:
         """The ``created_at`` of each of ``seqs`` (0 for one that is gone)."""
         marks = ",".join("?" * len(seqs))
         times = dict(

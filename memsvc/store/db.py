@@ -112,7 +112,7 @@ class Database:
         mmap_mb: int = 0,
     ):
         self.path = path
-        self._options = {
+        self._options: dict[str, t.Any] = {
             "busy_timeout_ms": busy_timeout_ms,
             "synchronous": synchronous,
             "mmap_mb": mmap_mb,

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 import urllib.parse
 
 import pytest
@@ -11,6 +12,7 @@ import requests
 from tests.support.servers import REPO
 from tests.support.servers import free_port
 from tests.support.servers import server_env
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -72,16 +74,78 @@ def test_long_query_urls_are_served(server):
     assert len(resp.json()) == 99
 
 
-def test_a_bad_setting_stops_start_up_with_one_line(tmp_path):
-    env = server_env(tmp_path / "db.sqlite3", free_port(), MEMSVC_EMBEDDER="nope")
+def start_and_fail(tmp_path, command, **settings):
+    env = server_env(tmp_path / "db.sqlite3", free_port(), **settings)
+    started = time.monotonic()
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.stderr, time.monotonic() - started
+
+
+GUNICORN = [sys.executable, "-m", "gunicorn", "wsgi:app"]
+MEMSVC_RUN = [sys.executable, "-m", "memsvc.cli", "run"]
+
+
+BAD_SETTINGS = [
+    ("MEMSVC_EMBEDDER", "nope", "MEMSVC_EMBEDDER must be one of local, openai, got 'nope'"),
+    ("MEMSVC_THREADS", "0", "MEMSVC_THREADS must be a positive whole number, got 0"),
+    ("MEMSVC_BIND", "localhost", "MEMSVC_BIND must be host:port or unix:/path, got 'localhost'"),
+    ("WEB_CONCURRENCY", "abc", "WEB_CONCURRENCY must be a positive whole number, got 'abc'"),
+]
+
+
+@pytest.mark.parametrize(
+    "command, setting, value, line",
+    [(GUNICORN, *bad) for bad in BAD_SETTINGS if bad[0] != "WEB_CONCURRENCY"]
+    # gunicorn itself reads WEB_CONCURRENCY as it loads, before any of memsvc:
+    # memsvc run checks it first.
+    + [(MEMSVC_RUN, *bad) for bad in BAD_SETTINGS],
+    ids=lambda v: v[-1] if isinstance(v, list) else None,
+)
+def test_a_bad_setting_stops_start_up_with_one_line(tmp_path, command, setting, value, line):
+    stderr, _ = start_and_fail(tmp_path, command, **{setting: value})
+    expected = f"memsvc: {line}" if command is GUNICORN else f"Error: {line}"
+    assert stderr.strip().splitlines()[-1] == expected, stderr
+    assert len([text for text in stderr.splitlines() if line in text]) == 1
+
+
+@pytest.mark.parametrize("command", [GUNICORN, MEMSVC_RUN], ids=["gunicorn", "memsvc-run"])
+def test_a_busy_port_stops_start_up_at_once_naming_memsvc_bind(server, tmp_path, command):
+    address = server.url.removeprefix("http://")
+    stderr, seconds = start_and_fail(tmp_path, command, MEMSVC_BIND=address)
+    assert f"memsvc: MEMSVC_BIND '{address}': the address is already in use" in stderr
+    assert "Connection in use" not in stderr  # gunicorn's own five retries
+    assert seconds < 5
+
+
+def test_the_access_log_has_no_query_strings_unless_asked(server, tmp_path):
+    key = server.create_key()
+    secret_query = "my neighbour's name is Zbigniew"
+    call(server, "GET", "memory.search", {"userId": "u-private", "query": secret_query}, key)
+    call(server, "GET", "memory.getAll", {"userId": "u-private"}, key)
+    time.sleep(0.5)
+    log = server.output()
+    assert '"GET /trpc/memory.search HTTP/1.1" 200' in log
+    assert "Zbigniew" not in log and "u-private" not in log and "input=" not in log
+    full = start_server(tmp_path, MEMSVC_LOG_FULL_URLS="true")
+    try:
+        requests.get(full.trpc + "/memory.getAll?input=%7B%7D", timeout=10)
+        time.sleep(0.5)
+        assert "/trpc/memory.getAll?input=%7B%7D" in full.output()
+    finally:
+        full.stop()
+
+
+def test_reembed_refuses_while_the_server_runs(server):
     result = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "wsgi:app"],
+        [sys.executable, "-m", "memsvc.cli", "reembed"],
+        env=server.env,
         cwd=REPO,
-        env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
-    assert result.returncode != 0
-    assert "memsvc: MEMSVC_EMBEDDER must be one of local, openai, got 'nope'" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 1
+    assert "a memsvc server is using" in result.stderr
+    assert requests.get(server.url + "/health", timeout=5).status_code == 200

@@ -189,7 +189,7 @@ def _documented_refusal(status: int, body: str) -> bool:
         error = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return False
-    return status == 500 and error["message"].startswith("embedding provider busy")
+    return status == 503 and error["message"].startswith("embedding provider busy")
 
 
 def test_acknowledged_adds_survive_sigkill_of_every_process_and_nothing_is_half_written(

@@ -30,7 +30,6 @@ import unicodedata
 import uuid
 from urllib.parse import quote
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import assume
@@ -1229,10 +1228,6 @@ def test_a_chunked_body_over_the_limit_is_413_like_one_with_a_content_length(wir
 def test_identical_memories_score_the_same_and_come_newest_first(wire):
     """Found by the bundled-model fuzzer: a text stored three times, searched by itself."""
     texts = [f"text {w}" for w in range(20)]
-    embedder = HashEmbedder(384, BUNDLED_MODEL)
-    rows = [embedder.embed([text])[0].astype(np.float64) for text in texts]
-    if all(len(set((np.tile(v, (3, 1)) @ v).tolist())) == 1 for v in rows):
-        pytest.skip("this machine's BLAS gives identical rows identical dot products")
     wrong = []
     for text in texts:
         user = f"duplicates of {text}"

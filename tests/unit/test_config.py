@@ -1,8 +1,10 @@
+import pathlib
 import stat
 
 import pytest
 
 from memsvc import create_app
+from memsvc import settings
 from memsvc.errors import ConfigError
 
 
@@ -64,10 +66,48 @@ def test_openai_needs_a_key_for_the_openai_api_but_not_for_local_servers(tmp_pat
     make(tmp_path / "b", EMBEDDER="openai", EMBEDDING_URL="http://127.0.0.1:11434/v1")
 
 
-def test_a_secret_setting_is_never_echoed(tmp_path):
+def test_a_bad_secret_setting_is_named_but_never_echoed(tmp_path):
     with pytest.raises(ConfigError) as e:
-        make(tmp_path, EMBEDDER="openai", EMBEDDING_API_KEY="sk-abc", EMBEDDING_URL="nope")
-    assert "sk-abc" not in str(e.value)
+        make(tmp_path, JWT_SECRET="too-short-but-still-secret")
+    assert str(e.value) == "MEMSVC_JWT_SECRET must be at least 32 characters long, got (hidden)"
+    with pytest.raises(ConfigError) as e:
+        make(tmp_path, EMBEDDER="openai", EMBEDDING_API_KEY="", EMBEDDING_URL="http://x.test")
+    assert str(e.value) == "MEMSVC_EMBEDDING_API_KEY must be a string, got (hidden)"
+
+
+def test_numeric_looking_secrets_stay_strings(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMSVC_JWT_SECRET", "1" * 40)
+    monkeypatch.setenv("MEMSVC_EMBEDDING_API_KEY", "12345")
+    app = make(tmp_path)
+    assert app.config["JWT_SECRET"] == "1" * 40
+    assert app.config["EMBEDDING_API_KEY"] == "12345"
+    app.extensions["memsvc"].close()
+
+
+def test_an_unknown_environment_variable_is_named_with_the_closest_setting(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setenv("MEMSVC_EMBEDING_MODEL", "text-embedding-3-large")
+    monkeypatch.setenv("MEMSVC_NOT_A_THING", "1")
+    app = make(tmp_path)
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        "MEMSVC_EMBEDING_MODEL is not a memsvc setting and is ignored; "
+        "did you mean MEMSVC_EMBEDDING_MODEL?"
+    ) in messages
+    assert "MEMSVC_NOT_A_THING is not a memsvc setting and is ignored" in messages
+    app.extensions["memsvc"].close()
+
+
+def test_the_configuration_docs_list_every_setting_as_the_table_says():
+    docs = (pathlib.Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    start = docs.index(settings.DOCS_START) + len(settings.DOCS_START)
+    end = docs.index(settings.DOCS_END)
+    assert docs[start:end].strip() == settings.markdown().strip(), (
+        "docs/configuration.md is out of date: run make docs"
+    )
+    for setting in settings.SETTINGS:
+        assert f"`{setting.env}`" in docs
 
 
 def test_a_database_of_another_model_is_refused_with_directions(tmp_path):

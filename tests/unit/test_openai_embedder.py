@@ -141,6 +141,38 @@ def test_over_long_input_is_a_bad_request(embedder):
 
 
 @responses.activate
+@pytest.mark.parametrize(
+    "message",
+    ["unexpected token '<' in input", "invalid token id 50257", "tokenizer failed on input"],
+)
+def test_a_rejection_that_merely_mentions_tokens_is_not_called_too_long(embedder, message):
+    responses.post(ENDPOINT, status=400, json={"error": {"message": message}})
+    with pytest.raises(BadRequest) as e:
+        embedder.embed(["x"])
+    assert not isinstance(e.value, InputTooLong)
+    assert e.value.message == f"the embedding provider rejected the text: {message}"
+
+
+@responses.activate
+@pytest.mark.parametrize(
+    "echo",
+    [
+        f"Invalid request; headers were Authorization: Bearer {API_KEY}",
+        f"key {API_KEY} is not allowed to embed",
+        "bad input; your key sk-proj-AbCdEf0123456789XyZ is rate limited",
+        "request id 9f8e7d6c5b4a39281706f5e4d3c2b1a0ffeeddccbbaa rejected",
+    ],
+)
+def test_a_providers_rejection_is_passed_on_without_anything_credential_shaped(embedder, echo):
+    responses.post(ENDPOINT, status=400, json={"error": {"message": echo}})
+    with pytest.raises(BadRequest) as e:
+        embedder.embed(["x"])
+    assert API_KEY not in e.value.message and "sk-proj" not in e.value.message
+    assert "[redacted]" in e.value.message
+    assert "9f8e7d6c5b4a39281706f5e4d3c2b1a0" not in e.value.message
+
+
+@responses.activate
 def test_other_rejections_are_bad_requests_too(embedder):
     responses.post(ENDPOINT, status=400, json={"error": {"message": "input must not be empty"}})
     with pytest.raises(BadRequest, match="rejected the text: input must not be empty"):

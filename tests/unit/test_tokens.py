@@ -257,11 +257,15 @@ def test_discovery_naming_another_issuer_is_refused(rsa):
             verifier.tenant(signed(rsa, claims(), "RS256"))
 
 
-def test_a_jwks_url_needs_no_discovery(rsa):
+def test_a_jwks_url_needs_no_discovery_but_the_issuer_is_still_checked(rsa):
     with responses.RequestsMock() as mock:
         mock.get(JWKS_URL, json=jwks(rsa))
-        verifier = OidcVerifier(issuer=None, jwks_url=JWKS_URL, audience=AUDIENCE)
-        assert verifier.tenant(signed(rsa, claims(iss="anyone"), "RS256")) == "tenant-A"
+        verifier = OidcVerifier(issuer=ISSUER, jwks_url=JWKS_URL, audience=AUDIENCE)
+        assert verifier.tenant(signed(rsa, claims(), "RS256")) == "tenant-A"
+        for foreign in ("https://evil.example", "anyone", ISSUER + "/other"):
+            with pytest.raises(Unauthorized, match="iss"):
+                verifier.tenant(signed(rsa, claims(iss=foreign), "RS256"))
+        assert [c.request.url for c in mock.calls] == [JWKS_URL]
 
 
 # -- choosing the mode ------------------------------------------------------------
@@ -297,6 +301,7 @@ def test_mode_selection(tmp_path):
         ({"OIDC_ISSUER": ISSUER}, "MEMSVC_JWT_AUDIENCE must be set"),
         ({"OIDC_ISSUER": ISSUER, "JWT_AUDIENCE": "a", "JWT_SECRET": SECRET}, "not be set together"),
         ({"JWT_SECRET": "short"}, "at least 32 characters"),
+        ({"JWKS_URL": JWKS_URL, "JWT_AUDIENCE": "a"}, "MEMSVC_OIDC_ISSUER must be set"),
     ],
 )
 def test_bad_token_settings_fail_start_up(tmp_path, overrides, message):
