@@ -68,6 +68,7 @@ class _Tee(io.TextIOBase):
 def recording(name: str) -> t.Iterator[None]:
     """Print as usual, and save what was printed as ``bench/results/<name>.txt``."""
     started = datetime.datetime.now(datetime.UTC)
+    at = commit()  # before the run: the tree may change while it goes on
     captured = io.StringIO()
     terminal = sys.stdout
     sys.stdout = _Tee(terminal, captured)  # type: ignore[assignment]
@@ -77,7 +78,7 @@ def recording(name: str) -> t.Iterator[None]:
         sys.stdout = terminal
     command = "python -m bench." + name + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
     header = (
-        f"# {name}: {started:%Y-%m-%d %H:%M} UTC, commit {commit()}\n# {machine()}\n# {command}\n\n"
+        f"# {name}: {started:%Y-%m-%d %H:%M} UTC, commit {at}\n# {machine()}\n# {command}\n\n"
     )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.txt").write_text(header + captured.getvalue())
