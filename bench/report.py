@@ -72,14 +72,21 @@ def recording(name: str) -> t.Iterator[None]:
     captured = io.StringIO()
     terminal = sys.stdout
     sys.stdout = _Tee(terminal, captured)  # type: ignore[assignment]
+    failed: BaseException | None = None
     try:
         yield
+    except BaseException as e:
+        failed = e
+        raise
     finally:
         sys.stdout = terminal
-    command = "python -m bench." + name + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
-    header = (
-        f"# {name}: {started:%Y-%m-%d %H:%M} UTC, commit {at}\n# {machine()}\n# {command}\n\n"
-    )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.txt").write_text(header + captured.getvalue())
-    print(f"\n(saved to bench/results/{name}.txt)")
+        command = "python -m bench." + name + "".join(" " + shlex.quote(a) for a in sys.argv[1:])
+        header = (
+            f"# {name}: {started:%Y-%m-%d %H:%M} UTC, commit {at}\n# {machine()}\n# {command}\n\n"
+        )
+        ended = ""
+        if failed is not None and not (isinstance(failed, SystemExit) and not failed.code):
+            ended = f"\n(the run ended early: {type(failed).__name__} {failed})\n"
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{name}.txt").write_text(header + captured.getvalue() + ended)
+        print(f"\n(saved to bench/results/{name}.txt)")
