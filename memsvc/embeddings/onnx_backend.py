@@ -189,8 +189,8 @@ class OnnxForward:
     thread of a worker.
     """
 
-    #: Sentences per run. Measured on one core (bench/embedding.py): 8 gave
-    #: the best throughput; larger batches of sorted lengths lost more to
+    #: Sentences per run. Measured on one core: 4 to 12 gave the best
+    #: throughput (within noise of each other); 16 and more lost more to
     #: padding and cache misses than they saved in per-run overhead.
     batch_size = 8
 

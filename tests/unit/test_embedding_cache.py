@@ -127,7 +127,7 @@ def test_threads_sharing_a_cache_get_the_right_vectors(counting, local_embedder)
                     # Not equal: int8 vectors move a little with batch-mates
                     # (see INT8_BATCH_MIN_COSINE); another text's vector
                     # would score below 0.9.
-                    assert (vector * expected[text]).sum() > 0.995, text
+                    assert (vector * expected[text]).sum() > 0.98, text
         except BaseException as e:  # reported below, in the test's thread
             errors.append(e)
 

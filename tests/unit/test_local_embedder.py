@@ -21,18 +21,18 @@ PAIRS = [json.loads(line) for line in (DATA / "memory_query_pairs.jsonl").read_t
 
 # How close each forward must come to sentence-transformers' vectors. The
 # float32 forwards do the same arithmetic in another order: 1e-5 per
-# component. int8 quantizes every weight and activation (per block of 128):
-# measured, its worst cosine to the reference is 0.9987 on these sentences
-# and 0.9985 on the 120 of memory_query_pairs.jsonl; 0.995 leaves room for
-# other CPUs' kernels while still failing on any real mistake (a wrong
-# scale or a dropped bias gives cosines below 0.9).
-INT8_MIN_COSINE = 0.995
-# Neither can int8 promise the same vector for a sentence alone and in a
-# batch: ONNX Runtime's kernels add in another order for another number of
-# rows, and a last-bit difference that moves an activation across a rounding
-# boundary of its int8 code changes it by a whole step. Measured: cosine
-# 0.9989 at worst (alone against in batches of 8 and 32, 145 sentences).
-INT8_BATCH_MIN_COSINE = 0.995
+# component. int8 rounds every weight and activation to 8 bits: measured,
+# its worst cosine to the reference is 0.9958 on these sentences and 0.9935
+# to the numpy forward on the 120 of memory_query_pairs.jsonl (0.996 on
+# average). 0.99 leaves room for other CPUs' kernels while still failing on
+# any real mistake (a wrong scale or a dropped bias gives cosines below 0.9).
+INT8_MIN_COSINE = 0.99
+# Nor can int8 promise the same vector for a sentence alone and in a batch:
+# three of its four multiplies quantize a whole call's activations with one
+# scale, so batch-mates move it a little. Measured: cosine 0.9895 at worst
+# (alone against in batches of 8, 32 and 145). Related sentences differ by
+# 0.2 and more, so this is well inside the model's resolution.
+INT8_BATCH_MIN_COSINE = 0.98
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_int8_forward_is_close_to_float32_on_memories_and_questions(encoders):
     texts = [p["memory"] for p in PAIRS] + [p["query"] for p in PAIRS]
     cosines = (encoders["onnx-int8"].encode(texts) * encoders["numpy"].encode(texts)).sum(1)
     assert cosines.min() >= INT8_MIN_COSINE
-    assert cosines.mean() >= 0.998
+    assert cosines.mean() >= 0.995
 
 
 def test_int8_finds_float32_memories(encoders):
