@@ -43,7 +43,7 @@ if t.TYPE_CHECKING:
 
 #: Bumped whenever the graph or the quantization changes, so cached files
 #: built by an older converter are rebuilt.
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 QUANTIZE_CHOICES = ("int8", "int8-blocks", "int8-dynamic", "none")
 BLOCK = 128
 OPSET = 17
