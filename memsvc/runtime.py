@@ -13,6 +13,7 @@ import typing as t
 
 from .embeddings import Embedder
 from .embeddings import make_embedder
+from .embeddings.cache import CachedEmbedder
 from .errors import ConfigError
 from .limits import Limiter
 from .limits import Limits
@@ -41,7 +42,8 @@ class Runtime:
         )
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
-        self.embedder: Embedder = make_embedder(settings)
+        self.embedder: Embedder = make_embedder(settings, instance_path)
+        self._query_cache: CachedEmbedder | None = None
         self.limiter = Limiter(
             settings["LIMITS_DIR"] or default_directory(settings["DATABASE"], instance_path)
         )
@@ -55,6 +57,17 @@ class Runtime:
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
         self._serving_lock: int | None = None
+
+    @property
+    def query_embedder(self) -> Embedder:
+        """For search queries: the embedder, remembering recent queries' vectors."""
+        entries = self.settings["QUERY_CACHE_ENTRIES"]
+        if not entries:
+            return self.embedder
+        cache = self._query_cache
+        if cache is None or cache.embedder is not self.embedder:
+            cache = self._query_cache = CachedEmbedder(self.embedder, entries)
+        return cache
 
     def store(self) -> Store:
         """A store on this thread's connection."""
@@ -77,6 +90,9 @@ class Runtime:
                 problem = "is not a folder" if os.path.exists(folder) else "does not exist"
                 raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {folder} {problem}")
             create_private(path)
+            prepare_model = getattr(self.embedder, "prepare", None)
+            if prepare_model is not None:
+                prepare_model()
             store = self.store()
             store.migrate(self.embedder.model_id, self.embedder.dimensions)
             if check_embedder:

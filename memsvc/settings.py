@@ -144,6 +144,12 @@ SETTINGS: tuple[Setting, ...] = (
     _S("LOCAL_MODEL_PATH", None, _optional(_text), "a directory path",
        "Another sentence-transformers BERT model directory for `local` (default: the bundled "
        "all-MiniLM-L6-v2).", "Embeddings", shown_default="bundled"),
+    _S("LOCAL_BACKEND", "auto", _one_of("auto", "onnx", "numpy"), "one of auto, onnx, numpy",
+       "How `local` runs the model: `onnx` (int8 on ONNX Runtime, several times faster), "
+       "`numpy` (float32), or `auto`: ONNX Runtime where it loads, else numpy.", "Embeddings"),
+    _S("MODEL_CACHE_DIR", None, _optional(_text), "a directory path",
+       "Where `local` keeps the ONNX model it converts from the bundled weights, once per box.",
+       "Embeddings", shown_default="instance/models"),
     _S("EMBEDDING_URL", "https://api.openai.com/v1", _http_url,
        "an http(s) URL such as https://api.openai.com/v1",
        "Base URL of the endpoint; memsvc POSTs to `{url}/embeddings`.", "Embeddings"),
@@ -224,6 +230,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("SEARCH_CACHE_MB", 256, non_negative_int, "a whole number of megabytes (0: no cache)",
        "Per worker: users' vectors kept in memory for search, least recently searched dropped "
        "first (0: off).", "Search"),
+    _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
+       "Per worker: embeddings of recent search queries kept, least recently used dropped "
+       "first; agents often ask the same question again (0: off).", "Search"),
     # Serving
     _S("BIND", "127.0.0.1:8000", _address, "host:port or unix:/path",
        "Address gunicorn listens on.", "Serving"),

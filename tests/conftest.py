@@ -15,6 +15,7 @@ from memsvc.services import keys
 from memsvc.store import Store
 from memsvc.store import connect
 from tests.support.helpers import HashEmbedder
+from tests.support.servers import MODEL_CACHE
 
 
 @pytest.fixture(autouse=True)
@@ -23,14 +24,16 @@ def _no_memsvc_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith("MEMSVC_"):
             monkeypatch.delenv(name)
+    # Except one: every app converts the bundled model in the same place.
+    monkeypatch.setenv("MEMSVC_MODEL_CACHE_DIR", MODEL_CACHE)
 
 
 @pytest.fixture(scope="session")
-def local_embedder(tmp_path_factory):
+def local_embedder():
     """The bundled model, loaded once for the whole run."""
     from memsvc.embeddings.local import LocalEmbedder
 
-    return LocalEmbedder(cache_dir=tmp_path_factory.mktemp("model-cache"))
+    return LocalEmbedder(cache_dir=MODEL_CACHE)
 
 
 @pytest.fixture
@@ -48,6 +51,7 @@ def make_app(tmp_path, db_path, local_embedder):
                 "TESTING": True,
                 "DATABASE": db_path,
                 "LIMITS_DIR": str(tmp_path / "limits"),
+                "MODEL_CACHE_DIR": MODEL_CACHE,
                 **settings,
             },
             instance_path=str(tmp_path / "instance"),
@@ -90,7 +94,11 @@ def cli_context(tmp_path, db_path, local_embedder):
     """What the ``memsvc`` command reads: the test app's database and instance folder."""
     return Context(
         instance_path=str(tmp_path / "instance"),
-        overrides={"DATABASE": db_path, "LIMITS_DIR": str(tmp_path / "limits")},
+        overrides={
+            "DATABASE": db_path,
+            "LIMITS_DIR": str(tmp_path / "limits"),
+            "MODEL_CACHE_DIR": MODEL_CACHE,
+        },
         embedder=local_embedder,
     )
 

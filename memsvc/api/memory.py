@@ -34,7 +34,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.search(
         store(),
-        embedder(),
+        runtime().query_embedder,
         call.caller.tenant,
         params["userId"],
         params["query"],

@@ -8,6 +8,7 @@ float32 rows, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
+import os
 import typing as t
 
 import numpy as np
@@ -67,8 +68,12 @@ def unit_rows(vectors: t.Any, count: int, dimensions: int) -> np.ndarray:
     return array / norms
 
 
-def make_embedder(config: t.Mapping[str, t.Any]) -> Embedder:
-    """The embedder the settings select."""
+def make_embedder(config: t.Mapping[str, t.Any], instance_path: str | None = None) -> Embedder:
+    """The embedder the settings select.
+
+    ``instance_path`` is where the local model's converted form is kept
+    unless ``MODEL_CACHE_DIR`` says otherwise.
+    """
     if config["EMBEDDER"] == "openai":
         from .openai import OpenAIEmbedder
 
@@ -84,4 +89,9 @@ def make_embedder(config: t.Mapping[str, t.Any]) -> Embedder:
         )
     from .local import LocalEmbedder
 
-    return LocalEmbedder(config["LOCAL_MODEL_PATH"])
+    cache_dir = config.get("MODEL_CACHE_DIR")
+    if cache_dir is None and instance_path is not None:
+        cache_dir = os.path.join(instance_path, "models")
+    return LocalEmbedder(
+        config["LOCAL_MODEL_PATH"], backend=config.get("LOCAL_BACKEND", "auto"), cache_dir=cache_dir
+    )

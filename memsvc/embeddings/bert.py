@@ -26,6 +26,9 @@ import typing as t
 import numpy as np
 from tokenizers import Tokenizer
 
+if t.TYPE_CHECKING:
+    from .onnx_backend import OnnxForward
+
 from .local import BACKENDS
 
 log = logging.getLogger(__name__)
@@ -198,12 +201,12 @@ class SentenceEncoder:
         # per batch and refuses over-long input instead of cutting it.
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
-        self._forward: t.Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+        forward: OnnxForward | NumpyForward | None = None
         if backend != "numpy":
             from .onnx_backend import OnnxForward
 
             try:
-                self._forward = OnnxForward(
+                forward = OnnxForward(
                     model_dir, None if cache_dir is None else os.fspath(cache_dir), quantize
                 )
                 self.backend = f"onnx-{quantize}"
@@ -211,10 +214,11 @@ class SentenceEncoder:
                 if backend == "onnx":
                     raise
                 log.warning("embedding on numpy (slower): the ONNX backend failed: %s", e)
-        if self._forward is None:
-            self._forward = NumpyForward(load_model_weights(model_dir), config)
+        if forward is None:
+            forward = NumpyForward(load_model_weights(model_dir), config)
             self.backend = "numpy"
-        self.batch_size: int = self._forward.batch_size  # type: ignore[attr-defined]
+        self._forward: OnnxForward | NumpyForward = forward
+        self.batch_size: int = forward.batch_size
 
     def encode(self, texts: t.Sequence[str], batch_size: int | None = None) -> np.ndarray:
         """Embed ``texts``; each must fit in :attr:`max_tokens` tokens."""

