@@ -36,7 +36,14 @@ def main() -> None:
         servers = []
         for name, resolution in SETTINGS:
             tmp = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
-            server = start_server(tmp, MEMSVC_LAST_USED_RESOLUTION_SECONDS=str(resolution))
+            # Limits off: with them every call past the 100th of a minute
+            # would be a quick 429, not the read being measured.
+            server = start_server(
+                tmp,
+                MEMSVC_LAST_USED_RESOLUTION_SECONDS=str(resolution),
+                MEMSVC_RATE_LIMIT_PER_MINUTE="0",
+                MEMSVC_CONCURRENCY_LIMIT="0",
+            )
             stack.callback(server.stop)
             headers = {"x-api-key": server.create_key("bench", "bench")}
             for i in range(100):
