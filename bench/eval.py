@@ -63,6 +63,8 @@ CATEGORIES = ("paraphrase", "exact", "distractor", "non_english")
 # the overall figures (and the recommended threshold) down for a known reason.
 SEPARATE = "non_english"
 MODES = ("semantic", "keyword", "hybrid")
+# memory.search's threshold when the caller gives none.
+DEFAULT_THRESHOLD = 0.7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,7 @@ class Question:
     answers: frozenset[str]
     near_misses: frozenset[str]
     candidates: int  # how many memories the user holds
+    term: str | None = None
 
 
 @dataclasses.dataclass
@@ -105,6 +108,7 @@ def load(directory: pathlib.Path) -> list[User]:
                 frozenset(r["answers"]),
                 frozenset(r.get("near_misses", ())),
                 len(memories),
+                r.get("term"),
             )
             for r in records
             if r["kind"] == "question"
@@ -382,6 +386,17 @@ def run(users: list[User]) -> dict[str, t.Any]:
                 c: figures([q for q in questions if q.category == c], mode_hits) for c in CATEGORIES
             },
             "english": figures(english, mode_hits),
+            # Identifiers and numbers are where a text embedding is weakest.
+            "exact_terms": {
+                "with_digits": figures(
+                    [q for q in questions if q.term and any(ch.isdigit() for ch in q.term)],
+                    mode_hits,
+                ),
+                "words": figures(
+                    [q for q in questions if q.term and not any(ch.isdigit() for ch in q.term)],
+                    mode_hits,
+                ),
+            },
             "questions": [
                 {
                     "user": q.user,
@@ -457,6 +472,13 @@ def report(out: dict[str, t.Any]) -> None:
                 print(row(LABELS[c], m["categories"][c]))
         print(row("all English", m["english"]))
         print(row(LABELS[SEPARATE], m["categories"][SEPARATE]))
+        digits, words = m["exact_terms"]["with_digits"], m["exact_terms"]["words"]
+        if digits["questions"] and words["questions"]:
+            print(
+                f"exact terms with digits (codes, numbers): {digits['questions']} questions, "
+                f"R@1 {digits['recall_at_1']:.2f}; names and words: {words['questions']}, "
+                f"R@1 {words['recall_at_1']:.2f}"
+            )
         near = m["categories"]["distractor"].get("near_miss_first")
         if near is not None:
             print(f"distractor questions answered first by a listed near miss: {near:.0%}")
@@ -491,6 +513,11 @@ def report(out: dict[str, t.Any]) -> None:
     print(
         f"best separation at similarity {t_['similarity']:.3f}: keeps {t_['related_kept']:.0%} "
         f"of related pairs and passes {t_['unrelated_passed']:.0%} of unrelated ones"
+    )
+    default = next(r for r in t_["sweep"] if math.isclose(r["threshold"], DEFAULT_THRESHOLD))
+    print(
+        f"memory.search's default threshold, {DEFAULT_THRESHOLD:.2f}, keeps "
+        f"{default['related_kept']:.0%} of related pairs"
     )
     print(f"recommended threshold for {e['model_id']}: {t_['recommended']:.2f}")
     s = out["seconds"]
