@@ -1,7 +1,7 @@
 """Retrieval quality end to end: does memory.search find the memory that answers a question?
 
 Workload: the labelled set in tests/data/eval (see its README): 43 end users
-holding 6 to 56 memories each (632 in all), and 322 questions, each tagged
+holding 6 to 56 memories each (640 in all), and 330 questions, each tagged
 with a category (paraphrase, exact term, near-miss distractors, non-English)
 and the memories that answer it.
 
@@ -22,15 +22,19 @@ together, and for the non-English ones apart:
   - the share of related (question, answer) pairs whose similarity is
     >= 0.3, 0.5, 0.7 (an answer not among the 10 results counts as below),
     and the share of unrelated pairs (the other memories returned) above
-    the same thresholds, i.e. what a threshold would let through.
+    the same thresholds, i.e. what a threshold would let through;
+  - exact-term questions split into codes and numbers vs names and words;
+  - recall and MRR by chance, with each user's memories in random order:
+    a user with 6 memories makes recall@5 easy, and this says how easy.
 Then, from the semantic results on English questions, the threshold that
 maximises (related kept - unrelated passed), rounded to 0.05.
 
-    python -m bench.eval [--limit-users N] [--json PATH]      # or: make eval
+    python -m bench.eval [--limit-users N] [--json PATH] [--data DIR]   # or: make eval
     MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_URL=... \
         MEMSVC_EMBEDDING_API_KEY=... python -m bench.eval      # another embedder
 
-With the bundled model on 2 cores a full run takes about half a minute.
+With the bundled model on 2 cores a full run takes 15 to 60 seconds; the
+adds vary most (12 to 90 ms each), with whatever else the machine is doing.
 """
 
 from __future__ import annotations
