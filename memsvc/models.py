@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import typing as t
 
 
@@ -15,6 +17,38 @@ class Memory:
     metadata: dict[str, t.Any]
     created_at: int  # epoch milliseconds
     updated_at: int
+    #: When it vanishes (epoch ms); None: never.
+    expires_at: int | None = None
+    #: 1 when added, one more with every update.
+    version: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Version:
+    """One version of a memory, as ``memory.history`` lists them."""
+
+    version: int
+    content: str
+    metadata: dict[str, t.Any]
+    event: str  # "add" or "update"
+    at: int  # epoch ms
+
+
+def compact_json(value: t.Any) -> str:
+    """JSON as memsvc stores it: compact, UTF-8 as is, keys in the order given."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def dedupe_key(content: str, metadata: dict[str, t.Any]) -> bytes:
+    """What makes two memories of a user duplicates: the trimmed text and the metadata.
+
+    Metadata key order does not matter; array order, letter case and inner
+    spaces do.
+    """
+    canonical = json.dumps(
+        [content.strip(), metadata], ensure_ascii=False, separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).digest()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -150,6 +150,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("MODEL_CACHE_DIR", None, _optional(_text), "a directory path",
        "Where `local` keeps the ONNX model it converts from the bundled weights, once per box.",
        "Embeddings", shown_default="instance/models"),
+    _S("LOCAL_WINDOW_TOKENS", 128, _int_range(16, 510), "a whole number from 16 to 510",
+       "Texts longer than the local model takes are embedded as windows of this many tokens, "
+       "overlapping by a quarter; a memory scores as its best window.", "Embeddings"),
     _S("EMBEDDING_URL", "https://api.openai.com/v1", _http_url,
        "an http(s) URL such as https://api.openai.com/v1",
        "Base URL of the endpoint; memsvc POSTs to `{url}/embeddings`.", "Embeddings"),
@@ -163,6 +166,10 @@ SETTINGS: tuple[Setting, ...] = (
        "true or false",
        "Send `dimensions` in the request; by default only for `text-embedding-3-*` models.",
        "Embeddings", shown_default="auto"),
+    _S("EMBEDDING_WINDOW_CHARS", 2000, _int_range(200, 1_000_000),
+       "a whole number of characters from 200",
+       "Texts longer than this are embedded by the endpoint as windows of this many characters, "
+       "overlapping by a quarter; a memory scores as its best window.", "Embeddings"),
     _S("EMBEDDING_TIMEOUT", 10.0, _positive_number, "a positive number of seconds",
        "Seconds per attempt.", "Embeddings", shown_default="10"),
     _S("EMBEDDING_MAX_RETRIES", 2, non_negative_int, "a whole number",
@@ -230,6 +237,13 @@ SETTINGS: tuple[Setting, ...] = (
     _S("SEARCH_CACHE_MB", 256, non_negative_int, "a whole number of megabytes (0: no cache)",
        "Per worker: users' vectors kept in memory for search, least recently searched dropped "
        "first (0: off).", "Search"),
+    _S("SEARCH_DEFAULT_THRESHOLD", 0.7, _fraction, "a number from 0 to 1",
+       "The `threshold` of a `memory.search` that gives none (the API specification's 0.7).",
+       "Search", shown_default="0.7"),
+    _S("RECOMMENDED_THRESHOLD", None, _optional(_fraction), "a number from 0 to 1",
+       "The threshold `service.info` recommends for this model (memsvc's clients use it when "
+       "their caller gives none); measure it with `make eval`. By default the measured one of "
+       "the bundled model.", "Search", shown_default="measured"),
     _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
        "Per worker: embeddings of recent search queries kept, least recently used dropped "
        "first; agents often ask the same question again (0: off).", "Search"),

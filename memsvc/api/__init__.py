@@ -17,6 +17,7 @@ from ..errors import for_code
 from . import health
 from . import keys
 from . import memory
+from . import service
 from . import trpc
 from .context import release_store
 
@@ -31,6 +32,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(health.bp)
     app.register_blueprint(memory.router)
     app.register_blueprint(keys.router)
+    app.register_blueprint(service.router)
     app.register_error_handler(HTTPException, _http_error)
 
 

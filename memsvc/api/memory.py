@@ -14,7 +14,9 @@ from .trpc import Call
 from .trpc import Router
 
 router = Router(
-    "memory", __name__, middleware=[middleware.api_key, middleware.limited, middleware.record_use]
+    "memory",
+    __name__,
+    middleware=[middleware.api_key, middleware.limited, middleware.record_use],
 )
 
 
@@ -27,6 +29,8 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
         params["userId"],
         params["content"],
         params["metadata"],
+        expires_at=params["expiresAt"],
+        dedupe=params["dedupe"],
     )
 
 
@@ -41,12 +45,24 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         params["limit"],
         params["threshold"],
         runtime().search_cache,
+        filter=params["filter"],
+        created_after=params["createdAfter"],
+        created_before=params["createdBefore"],
     )
 
 
 @router.query("getAll", input=schemas.GetAllInput(), output=schemas.memories_out)
 def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.get_all(store(), call.caller.tenant, params["userId"], params["limit"])
+    return memories.get_all(
+        store(),
+        call.caller.tenant,
+        params["userId"],
+        params["limit"],
+        cursor=params["cursor"],
+        filter=params["filter"],
+        created_after=params["createdAfter"],
+        created_before=params["createdBefore"],
+    )
 
 
 @router.query("getById", input=schemas.IdInput(), output=schemas.memory_out)
@@ -54,7 +70,33 @@ def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get(store(), call.caller.tenant, params["id"])
 
 
+@router.mutation("update", input=schemas.UpdateInput(), output=schemas.memory_out)
+def update(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.update(
+        store(),
+        embedder(),
+        call.caller.tenant,
+        params["id"],
+        content=params.get("content", memories.UNSET),
+        metadata=params.get("metadata", memories.UNSET),
+        expires_at=params.get("expiresAt", memories.UNSET),
+    )
+
+
+@router.query("history", input=schemas.IdInput(), output=schemas.versions_out)
+def history(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.history(store(), call.caller.tenant, params["id"])
+
+
 @router.mutation("delete", input=schemas.IdInput())
 def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
     memories.delete(store(), call.caller.tenant, params["id"])
     return {"success": True}
+
+
+@router.mutation("deleteAll", input=schemas.UserInput())
+def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
+    deleted = memories.delete_all(
+        store(), call.caller.tenant, params["userId"], runtime().search_cache
+    )
+    return {"success": True, "deleted": deleted}

@@ -8,6 +8,7 @@ the app's config when a value is checked.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import typing as t
@@ -18,12 +19,16 @@ from marshmallow import Schema
 from marshmallow import ValidationError
 from marshmallow import fields
 from marshmallow import validate
+from marshmallow import validates_schema
 
 from .. import clock
 from ..models import ApiKey
 from ..models import CreatedKey
 from ..models import Memory
 from ..models import ScoredMemory
+from ..models import Version
+from ..search import filters
+from ..search.filters import Filter
 from ..text import InvalidText
 from ..text import check_text
 from ..text import check_unicode
@@ -141,9 +146,57 @@ def _check_tree(value: t.Any, max_depth: int) -> None:
             stack.extend((item, depth + 1) for item in node)
 
 
+class Flag(fields.Field):
+    """A JSON boolean: ``true`` or ``false``, nothing that merely looks like one."""
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValidationError("must be true or false")
+        return value
+
+
+class Timestamp(fields.Field):
+    """An ISO 8601 timestamp with its zone (``Z`` or ``+02:00``), as epoch milliseconds."""
+
+    def __init__(self, *, future: bool = False, **kwargs: t.Any):
+        super().__init__(error_messages={**_MESSAGES}, **kwargs)
+        self.future = future
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> int:
+        if not isinstance(value, str):
+            raise ValidationError("must be an ISO 8601 timestamp string")
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise ValidationError(
+                "must be an ISO 8601 timestamp such as 2026-11-23T10:00:00Z"
+            ) from None
+        if parsed.tzinfo is None:
+            raise ValidationError("must say its time zone (Z or an offset such as +02:00)")
+        ms = int(parsed.timestamp() * 1000)
+        if self.future and ms <= clock.now_ms():
+            raise ValidationError("must be in the future")
+        return ms
+
+
+class FilterField(fields.Field):
+    """A metadata filter (:mod:`memsvc.search.filters`), parsed and checked."""
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> Filter:
+        try:
+            return filters.parse(value)
+        except filters.InvalidFilter as e:
+            raise ValidationError(e.messages) from None
+
+
 class Input(Schema):
     class Meta:
         unknown = EXCLUDE
+
+
+_LIMIT_100 = validate.Range(1, 100, error="must be between 1 and 100")
+_LIMIT_1000 = validate.Range(1, 1000, error="must be between 1 and 1000")
+_FRACTION = validate.Range(0, 1, error="must be between 0 and 1")
 
 
 # -- memory router -----------------------------------------------------------
@@ -153,28 +206,48 @@ class AddMemoryInput(Input):
     userId = Text("MAX_USER_ID_CHARS", required=True)
     content = Text("MAX_CONTENT_CHARS", required=True)
     metadata = Metadata(load_default=dict)
+    expiresAt = Timestamp(future=True, load_default=None)
+    dedupe = Flag(load_default=False)
 
 
-class SearchInput(Input):
+class _Scoped(Input):
+    """What search and listing share: the user, and which of their memories qualify."""
+
     userId = Text("MAX_USER_ID_CHARS", required=True)
+    filter = FilterField(load_default=None)
+    createdAfter = Timestamp(load_default=None)
+    createdBefore = Timestamp(load_default=None)
+
+
+class SearchInput(_Scoped):
     query = Text("MAX_CONTENT_CHARS", required=True)
-    limit = WholeNumber(
-        load_default=10, validate=validate.Range(1, 100, error="must be between 1 and 100")
-    )
-    threshold = Number(
-        load_default=0.7, validate=validate.Range(0, 1, error="must be between 0 and 1")
-    )
+    limit = WholeNumber(load_default=10, validate=_LIMIT_100)
+    threshold = Number(load_default=lambda: _limit("SEARCH_DEFAULT_THRESHOLD"), validate=_FRACTION)
 
 
-class GetAllInput(Input):
-    userId = Text("MAX_USER_ID_CHARS", required=True)
-    limit = WholeNumber(
-        load_default=100, validate=validate.Range(1, 1000, error="must be between 1 and 1000")
-    )
+class GetAllInput(_Scoped):
+    limit = WholeNumber(load_default=100, validate=_LIMIT_1000)
+    cursor = Uuid(load_default=None)
 
 
 class IdInput(Input):
     id = Uuid(required=True)
+
+
+class UpdateInput(Input):
+    id = Uuid(required=True)
+    content = Text("MAX_CONTENT_CHARS")
+    metadata = Metadata(allow_none=True)
+    expiresAt = Timestamp(future=True, allow_none=True)
+
+    @validates_schema
+    def _something_to_change(self, data: dict[str, t.Any], **kwargs: t.Any) -> None:
+        if not {"content", "metadata", "expiresAt"} & data.keys():
+            raise ValidationError("give at least one of content, metadata, expiresAt")
+
+
+class UserInput(Input):
+    userId = Text("MAX_USER_ID_CHARS", required=True)
 
 
 # -- keys router -------------------------------------------------------------
@@ -194,7 +267,7 @@ class CreateKeyInput(Input):
 
 def memory_out(m: Memory) -> dict[str, t.Any]:
     created = clock.iso(m.created_at)
-    return {
+    out = {
         "id": m.id,
         "content": m.content,
         "userId": m.user_id,
@@ -203,6 +276,9 @@ def memory_out(m: Memory) -> dict[str, t.Any]:
         "createdAt": created,
         "updatedAt": created if m.updated_at == m.created_at else clock.iso(m.updated_at),
     }
+    if m.expires_at is not None:
+        out["expiresAt"] = clock.iso(m.expires_at)
+    return out
 
 
 def memories_out(memories: t.Iterable[Memory]) -> list[dict[str, t.Any]]:
@@ -217,6 +293,19 @@ def search_results_out(results: t.Iterable[ScoredMemory]) -> list[dict[str, t.An
         item["similarity"] = int(r.similarity) if r.similarity.is_integer() else r.similarity
         out.append(item)
     return out
+
+
+def versions_out(versions: t.Iterable[Version]) -> list[dict[str, t.Any]]:
+    return [
+        {
+            "version": v.version,
+            "content": v.content,
+            "metadata": v.metadata,
+            "event": v.event,
+            "at": clock.iso(v.at),
+        }
+        for v in versions
+    ]
 
 
 def _iso_or_none(ms: int | None) -> str | None:

@@ -86,6 +86,7 @@ def make_embedder(config: t.Mapping[str, t.Any], instance_path: str | None = Non
             timeout=config["EMBEDDING_TIMEOUT"],
             max_retries=config["EMBEDDING_MAX_RETRIES"],
             max_concurrency=config["EMBEDDING_MAX_CONCURRENCY"],
+            window_chars=config["EMBEDDING_WINDOW_CHARS"],
         )
     from .local import LocalEmbedder
 
@@ -93,5 +94,8 @@ def make_embedder(config: t.Mapping[str, t.Any], instance_path: str | None = Non
     if cache_dir is None and instance_path is not None:
         cache_dir = os.path.join(instance_path, "models")
     return LocalEmbedder(
-        config["LOCAL_MODEL_PATH"], backend=config.get("LOCAL_BACKEND", "auto"), cache_dir=cache_dir
+        config["LOCAL_MODEL_PATH"],
+        backend=config["LOCAL_BACKEND"],
+        cache_dir=cache_dir,
+        window_tokens=config["LOCAL_WINDOW_TOKENS"],
     )

@@ -42,6 +42,10 @@ class CachedEmbedder:
     def __len__(self) -> int:
         return len(self._vectors)
 
+    def windows(self, text: str) -> list[str]:
+        cut = getattr(self.embedder, "windows", None)
+        return cut(text) if cut is not None else [text]
+
     def warm_up(self) -> None:
         """Get the wrapped embedder ready."""
         self.embedder.warm_up()

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import InputTooLong
+from .windows import token_windows
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +60,13 @@ class LocalEmbedder:
         *,
         backend: str = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
+        window_tokens: int = 128,
     ):
         if backend not in BACKENDS:
             raise ConfigError(f"the local embedding backend must be one of {BACKENDS}")
         self.backend = backend
         self.cache_dir = cache_dir
+        self.window_tokens = window_tokens
         if model_dir is None:
             self.model_dir = bundled_model_dir()
             name = BUNDLED_NAME
@@ -112,6 +115,22 @@ class LocalEmbedder:
 
     def warm_up(self) -> None:
         self.embed(["warm up"])
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.encoder.max_tokens)
+
+    def windows(self, text: str) -> list[str]:
+        """``text`` whole if the model takes it, else overlapping windows of its tokens."""
+        limit = self.max_tokens - 2  # [CLS] and [SEP]
+        if len(text) <= limit:
+            return [text]  # a token is at least one character
+        encoding = self.encoder.tokenizer.encode(text, add_special_tokens=False)
+        if len(encoding.ids) <= limit:
+            return [text]
+        return token_windows(
+            text, encoding.offsets, encoding.word_ids, min(self.window_tokens, limit)
+        )
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         from .bert import TooManyTokens

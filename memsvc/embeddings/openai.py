@@ -36,6 +36,7 @@ from . import InputTooLong
 from . import ProviderBusy
 from . import ProviderError
 from . import unit_rows
+from .windows import char_windows
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         max_retries: int = 2,
         max_concurrency: int = 3,
+        window_chars: int = 2000,
     ):
         self.endpoint = url.rstrip("/") + "/embeddings"
         self.model = model
@@ -94,6 +96,7 @@ class OpenAIEmbedder:
         if send_dimensions is None:
             send_dimensions = model.startswith("text-embedding-3")
         self.send_dimensions = send_dimensions
+        self.window_chars = window_chars
         self.timeout = timeout
         self.max_retries = max_retries
         # Total time one embed() may take, retries and waits included.
@@ -130,6 +133,10 @@ class OpenAIEmbedder:
 
     def warm_up(self) -> None:
         pass  # nothing to load; connections open on first use
+
+    def windows(self, text: str) -> list[str]:
+        """Overlapping windows of at most ``window_chars`` characters (tokens are not known)."""
+        return char_windows(text, self.window_chars)
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         probe = self._admit()

@@ -4,31 +4,80 @@
 
 1. read the user's change counters (one indexed row);
 2. take the user's vectors from this worker's cache (:mod:`.cache`),
-   brought up to date with those counters, and scan them with one matrix
-   product; or, for a user the cache does not hold, gather candidates with
-   sqlite-vec's KNN, fetching more until no memory past the last one fetched
-   could still make the cut;
-3. rank the candidates exactly (:mod:`.exact`): float64 cosine, threshold,
-   ties to the newest;
-4. load the winning memories' rows, once.
+   brought up to date with those counters, score every window with one
+   matrix product and keep each memory's best; or, for a user the cache does
+   not hold, gather candidates with sqlite-vec's KNN, fetching more until no
+   memory past the last one fetched could still make the cut;
+3. leave out what the :class:`Scope` excludes (expired memories, metadata
+   filters, creation times) *before* ranking, so the answer holds the
+   ``limit`` best memories among those that qualify;
+4. rank the candidates exactly (:mod:`.exact`): float64 cosine of every
+   window, a memory scoring as its best window, threshold, ties to the
+   newest;
+5. load the winning memories' rows, once.
 
 The cached and uncached paths nominate candidates differently and rank them
-with the same arithmetic, so they return the same answer.
+with the same arithmetic and the same filter semantics, so they return the
+same answer.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 
 from ..models import ScoredMemory
+from ..store import Entry
 from ..store import Store
+from ..store import UserState
 from ..store import vec0
+from . import cache as cache_module
 from .cache import SearchCache
+from .cache import Snapshot
 from .exact import candidates
 from .exact import rank
 from .exact import scan_complete
+from .filters import Filter
 
-__all__ = ["SearchCache", "nearest"]
+__all__ = ["Scope", "SearchCache", "nearest"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Which of a user's memories a search or a listing may return."""
+
+    #: Memories expired at this time (epoch ms) are invisible.
+    now: int
+    filter: Filter | None = None
+    #: Exclusive bounds on ``createdAt`` (epoch ms).
+    created_after: int | None = None
+    created_before: int | None = None
+
+    def admits(self, entry: Entry) -> bool:
+        """Whether one memory qualifies (the uncached path)."""
+        if entry.expires_at is not None and entry.expires_at <= self.now:
+            return False
+        if self.created_after is not None and entry.created_at <= self.created_after:
+            return False
+        if self.created_before is not None and entry.created_at >= self.created_before:
+            return False
+        return not self.filter or self.filter.matches(json.loads(entry.metadata))
+
+    def mask(self, snap: Snapshot) -> np.ndarray:
+        """Which memories of a cached user qualify, as a boolean array over ``[:m]``."""
+        m = snap.m
+        expires = snap.expires[:m]
+        out = snap.alive[:m] & ((expires == 0) | (expires > self.now))
+        created = snap.created[:m]
+        if self.created_after is not None:
+            out &= created > self.created_after
+        if self.created_before is not None:
+            out &= created < self.created_before
+        if self.filter:
+            out &= self.filter.mask(snap.columns)
+        return out
 
 
 def nearest(
@@ -39,46 +88,91 @@ def nearest(
     query: np.ndarray,
     k: int,
     threshold: float,
+    scope: Scope,
 ) -> list[ScoredMemory]:
     """A user's ``k`` memories most similar to ``query`` with similarity >= ``threshold``.
 
-    Most similar first, ties to the newest; exact whichever path is taken.
+    Only memories the ``scope`` admits; most similar first, ties to the
+    newest; exact whichever path is taken.
     """
     with store.read():
         state = store.user_state(tenant, user_id)
         if state is None or state.count == 0:
+            if cache is not None:
+                cache.forget(tenant, user_id)
             return []
         snapshot = cache.current(store, tenant, user_id, state) if cache is not None else None
         if snapshot is not None:
-            scores = snapshot.scores(query)
-            idx = candidates(scores, k, threshold)
-            best = rank(
-                snapshot.matrix[idx], snapshot.seqs[idx], snapshot.created[idx], query, k, threshold
-            )
+            best = _scan(snapshot, query, k, threshold, scope)
         else:
-            best = _knn_ranked(store, tenant, user_id, query, k, threshold)
+            best = _knn(store, tenant, user_id, state, query, k, threshold, scope)
         found = store.memories_by_seq([seq for seq, _ in best])
     return [ScoredMemory(found[seq], similarity) for seq, similarity in best if seq in found]
 
 
-def _knn_ranked(
-    store: Store, tenant: str, user_id: str, query: np.ndarray, k: int, threshold: float
+def _scan(
+    snap: Snapshot, query: np.ndarray, k: int, threshold: float, scope: Scope
 ) -> list[tuple[int, float]]:
-    """The uncached path: sqlite-vec KNN candidates, widened until complete, ranked exactly."""
+    """Score every memory of a snapshot, then rank the candidates exactly."""
+    scores = snap.entry_scores(snap.row_scores(query))
+    scores[~scope.mask(snap)] = -np.inf
+    idx = candidates(scores, k, threshold)
+    rows, owner = snap.rows_of(idx)
+    return rank(snap.matrix[rows], owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
+
+
+def _knn(
+    store: Store,
+    tenant: str,
+    user_id: str,
+    state: UserState,
+    query: np.ndarray,
+    k: int,
+    threshold: float,
+    scope: Scope,
+) -> list[tuple[int, float]]:
+    """The uncached path: sqlite-vec KNN candidates, widened until complete, ranked exactly.
+
+    KNN returns windows most similar first, so a memory's first window in
+    the list is its best: memories rank by first appearance. Memories the
+    scope excludes are passed over, so a selective filter widens the scan,
+    up to reading the whole user.
+    """
     fetch = min(k + 16, vec0.KNN_MAX)
     while True:
         rows = store.knn(tenant, user_id, query, fetch)
+        owners = store.owners(tenant, user_id, [row[0] for row in rows])
+        first: dict[int, tuple[Entry, float]] = {}
+        excluded: set[int] = set()
+        for vid, distance, _ in rows:
+            entry = owners.get(vid)
+            if entry is None or entry.seq in first or entry.seq in excluded:
+                continue
+            if scope.admits(entry):
+                first[entry.seq] = (entry, 1 - distance)
+            else:
+                excluded.add(entry.seq)
+        found = list(first.values())
         if len(rows) < fetch:
             break
-        if scan_complete(1 - rows[k - 1][1], 1 - rows[-1][1], threshold):
+        kth = found[k - 1][1] if len(found) >= k else -np.inf
+        if scan_complete(kth, 1 - rows[-1][1], threshold):
             break
         if fetch == vec0.KNN_MAX:
-            # Thousands of near-ties: more than a KNN query returns.
-            seqs, created, vectors = store.user_vectors(tenant, user_id)
-            return rank(vectors, seqs, created, query, k, threshold)
+            # Thousands of near-ties, or a selective scope: read everything.
+            whole = cache_module.load(store, tenant, user_id, state)
+            assert whole is not None
+            return _scan(whole, query, k, threshold, scope)
         fetch = min(fetch * 4, vec0.KNN_MAX)
-    if not rows:
+    if not found:
         return []
-    seqs = np.array([row[0] for row in rows], dtype=np.int64)
-    vectors = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-    return rank(vectors.reshape(len(rows), -1), seqs, store.created_of(seqs), query, k, threshold)
+    scores = np.array([score for _, score in found], dtype=np.float32)
+    chosen = [found[i][0] for i in candidates(scores, k, threshold)]
+    if not chosen:
+        return []
+    vids = np.concatenate([np.arange(e.first_vid, e.first_vid + e.windows) for e in chosen])
+    owner = np.repeat(np.arange(len(chosen)), [e.windows for e in chosen])
+    vectors = store.vectors(tenant, user_id, vids)
+    seqs = np.array([e.seq for e in chosen], dtype=np.int64)
+    created = np.array([e.created_at for e in chosen], dtype=np.int64)
+    return rank(vectors, owner, seqs, created, query, k, threshold)

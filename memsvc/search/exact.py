@@ -23,44 +23,61 @@ ERROR = 5e-4
 _BLOCK = 4096  # rows converted to float64 at a time
 
 
+def _row_similarity(vectors: np.ndarray, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 cosine of each row with ``query`` (unclamped), and which rows are all zero."""
+    q = np.asarray(query, dtype=np.float64)
+    q_norm = np.sqrt(np.sum(q * q))
+    out = np.zeros(len(vectors), dtype=np.float64)
+    zero = np.zeros(len(vectors), dtype=bool)
+    for start in range(0, len(vectors), _BLOCK):
+        v = np.asarray(vectors[start : start + _BLOCK], dtype=np.float64)
+        dots = np.sum(v * q, axis=1)
+        norms = np.sqrt(np.sum(v * v, axis=1)) * q_norm
+        out[start : start + len(v)] = np.divide(
+            dots, norms, out=np.zeros_like(dots), where=norms > 0
+        )
+        zero[start : start + len(v)] = norms == 0
+    return out, zero
+
+
 def exact_similarity(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row with ``query`` in float64, clamped into [0, 1].
 
     Row by row, with numpy's own summation rather than BLAS: a BLAS
     product may round a row differently depending on where it sits, and
-    identical memories must score identically so that ties go by age.
+    identical memories must score identically so that ties go by age. A
+    zero vector (never stored by memsvc's embedders) is similar to nothing.
     """
-    q = np.asarray(query, dtype=np.float64)
-    q_norm = np.sqrt(np.sum(q * q))
-    out = np.zeros(len(vectors), dtype=np.float64)
-    for start in range(0, len(vectors), _BLOCK):
-        v = np.asarray(vectors[start : start + _BLOCK], dtype=np.float64)
-        dots = np.sum(v * q, axis=1)
-        norms = np.sqrt(np.sum(v * v, axis=1)) * q_norm
-        # A zero vector (never stored by memsvc's embedders) is similar to nothing.
-        out[start : start + len(v)] = np.divide(
-            dots, norms, out=np.zeros_like(dots), where=norms > 0
-        )
-    return np.clip(out, 0.0, 1.0)
+    return np.clip(_row_similarity(vectors, query)[0], 0.0, 1.0)
 
 
 def rank(
     vectors: np.ndarray,
+    owner: np.ndarray,
     seqs: np.ndarray,
     created: np.ndarray,
     query: np.ndarray,
     k: int,
     threshold: float,
 ) -> list[tuple[int, float]]:
-    """The ``k`` best of these candidates by exact similarity >= ``threshold``.
+    """The ``k`` best of these candidate memories by exact similarity >= ``threshold``.
 
+    ``vectors`` are the candidates' rows, ``owner[i]`` the position of row
+    ``i``'s memory in ``seqs`` and ``created``; a memory's similarity is its
+    best row's. A memory with an all-zero row is left out: the search cache
+    zeroes the rows of a memory deleted while this search was under way.
     Returns ``(seq, similarity)``, most similar first, ties to the newest
     (``created`` descending, then ``seq`` descending).
     """
     if len(seqs) == 0:
         return []
-    sims = exact_similarity(vectors, query)
-    keep = np.flatnonzero(sims >= threshold)
+    rows, zero = _row_similarity(vectors, query)
+    sims = np.full(len(seqs), -np.inf)
+    np.maximum.at(sims, owner, rows)
+    gone = np.zeros(len(seqs), dtype=bool)
+    np.logical_or.at(gone, owner, zero)
+    sims = np.clip(sims, 0.0, 1.0)
+    keep = np.flatnonzero((sims >= threshold) & ~gone)
     if len(keep) == 0:
         return []
     order = np.lexsort((-seqs[keep], -created[keep], -sims[keep]))[:k]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing as t
 
 from ..embeddings import Embedder
+from ..embeddings.windows import document_vectors
 from ..store import Store
 
 
@@ -34,7 +35,7 @@ def reembed(
                     store.switch_to_staged(embedder.model_id, embedder.dimensions)
                     return done
             continue
-        vectors = embedder.embed([content for _, content in batch])
+        vectors = document_vectors(embedder, [content for _, content in batch])
         with store.write():
             store.stage_vectors(
                 embedder.model_id, [(seq, v) for (seq, _), v in zip(batch, vectors, strict=True)]

@@ -1,18 +1,45 @@
-"""Memories: add, search, list, fetch and delete, within one tenant."""
+"""Memories: add, search, list, fetch, update, delete and erase, within one tenant.
+
+Each function takes plain values and opens its own transaction. Embedding
+happens before a write transaction starts (a model may be slow, and a
+provider's failure must leave nothing behind); the write then commits the
+record, its vectors, its keyword index rows and its history together.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 import uuid
 
 from .. import clock
 from ..embeddings import Embedder
+from ..embeddings.windows import document_vectors
+from ..embeddings.windows import query_vector
+from ..errors import BadRequest
 from ..errors import NotFound
 from ..models import Memory
 from ..models import ScoredMemory
+from ..models import Version
+from ..models import dedupe_key
+from ..search import Scope
 from ..search import SearchCache
 from ..search import nearest
+from ..search.filters import Filter
 from ..store import Store
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: An update field that was not given (``None`` is a value: "clear it").
+UNSET: t.Any = _Unset()
+
+
+def _not_found() -> NotFound:
+    return NotFound("Memory not found")
 
 
 def add(
@@ -22,11 +49,22 @@ def add(
     user_id: str,
     content: str,
     metadata: dict[str, t.Any],
+    *,
+    expires_at: int | None = None,
+    dedupe: bool = False,
 ) -> Memory:
-    """Embed and store a memory; it is committed, with its vector, on return."""
-    # Embed before taking the write lock: the model may be slow, and a
-    # failure here must leave nothing behind.
-    (vector,) = embedder.embed([content])
+    """Embed and store a memory; it is committed, with its vectors, on return.
+
+    With ``dedupe``, a memory of this user with the same trimmed text and
+    metadata is returned instead, and nothing new is stored.
+    """
+    key = dedupe_key(content, metadata) if dedupe else None
+    if key is not None:
+        with store.read():
+            existing = store.find_duplicate(tenant, user_id, key, clock.now_ms())
+        if existing is not None:
+            return existing
+    (vectors,) = document_vectors(embedder, [content])
     now = clock.now_ms()
     memory = Memory(
         id=str(uuid.uuid4()),
@@ -36,9 +74,15 @@ def add(
         metadata=metadata,
         created_at=now,
         updated_at=now,
+        expires_at=expires_at,
     )
     with store.write():
-        store.insert_memory(memory, vector)
+        if key is not None:
+            # Added by another call while this one was embedding?
+            existing = store.find_duplicate(tenant, user_id, key, now)
+            if existing is not None:
+                return existing
+        store.insert_memories([memory], [vectors])
     return memory
 
 
@@ -51,30 +95,148 @@ def search(
     limit: int,
     threshold: float,
     cache: SearchCache | None = None,
+    *,
+    filter: Filter | None = None,
+    created_after: int | None = None,
+    created_before: int | None = None,
 ) -> list[ScoredMemory]:
     """The ``limit`` memories most similar to ``query`` with similarity >= ``threshold``.
 
     Similarity is the cosine similarity, clamped into [0, 1]; the result is
-    exact, with or without a ``cache``.
+    exact, with or without a ``cache``. Only memories that pass ``filter``
+    and were created inside the bounds compete.
     """
-    (vector,) = embedder.embed([query])
-    return nearest(store, cache, tenant, user_id, vector, limit, threshold)
+    vector = query_vector(embedder, query)
+    scope = Scope(clock.now_ms(), filter, created_after, created_before)
+    return nearest(store, cache, tenant, user_id, vector, limit, threshold, scope)
 
 
-def get_all(store: Store, tenant: str, user_id: str, limit: int) -> list[Memory]:
+def get_all(
+    store: Store,
+    tenant: str,
+    user_id: str,
+    limit: int,
+    *,
+    cursor: str | None = None,
+    filter: Filter | None = None,
+    created_after: int | None = None,
+    created_before: int | None = None,
+) -> list[Memory]:
+    """A page of a user's memories, newest first, after the memory ``cursor`` if given."""
+    now = clock.now_ms()
+    out: list[Memory] = []
     with store.read():
-        return store.list_memories(tenant, user_id, limit)
+        before = None
+        if cursor is not None:
+            found = store.locate(tenant, cursor, now)
+            if found is None or found[1].user_id != user_id:
+                raise BadRequest(
+                    "Invalid input: cursor: no memory of this user has this id (its memory "
+                    "may have been deleted or have expired); list again from the start"
+                )
+            seq, memory = found
+            before = (memory.created_at, seq)
+        for _, memory in store.page(
+            tenant,
+            user_id,
+            now,
+            before=before,
+            created_after=created_after,
+            created_before=created_before,
+        ):
+            if filter and not filter.matches(memory.metadata):
+                continue
+            out.append(memory)
+            if len(out) == limit:
+                break
+    return out
 
 
 def get(store: Store, tenant: str, memory_id: str) -> Memory:
     with store.read():
-        memory = store.get_memory(tenant, memory_id)
+        memory = store.get_memory(tenant, memory_id, clock.now_ms())
     if memory is None:
-        raise NotFound("Memory not found")
+        raise _not_found()
     return memory
+
+
+def update(
+    store: Store,
+    embedder: Embedder,
+    tenant: str,
+    memory_id: str,
+    *,
+    content: t.Any = UNSET,
+    metadata: t.Any = UNSET,
+    expires_at: t.Any = UNSET,
+) -> Memory:
+    """Change a memory's text, metadata or expiry; the version before goes to its history.
+
+    New text gets new vectors in the same transaction. ``metadata=None``
+    clears it to ``{}``, ``expires_at=None`` removes the expiry. ``createdAt``
+    and ``id`` never change.
+    """
+    vectors = document_vectors(embedder, [content])[0] if content is not UNSET else None
+    with store.write():
+        now = clock.now_ms()
+        found = store.locate(tenant, memory_id, now)
+        if found is None:
+            raise _not_found()
+        seq, previous = found
+        updated = dataclasses.replace(
+            previous,
+            content=previous.content if content is UNSET else content,
+            metadata=previous.metadata if metadata is UNSET else (metadata or {}),
+            expires_at=previous.expires_at if expires_at is UNSET else expires_at,
+            # Strictly after the version it replaces, even within one millisecond.
+            updated_at=max(now, previous.updated_at + 1),
+            version=previous.version + 1,
+        )
+        store.update_memory(seq, previous, updated, vectors)
+    return updated
+
+
+def history(store: Store, tenant: str, memory_id: str) -> list[Version]:
+    """A memory's versions, oldest first; the last is the current one."""
+    with store.read():
+        found = store.locate(tenant, memory_id, clock.now_ms())
+        if found is None:
+            raise _not_found()
+        seq, memory = found
+        earlier = store.versions(seq)
+    event = "add" if memory.version == 1 else "update"
+    return [
+        *earlier,
+        Version(memory.version, memory.content, memory.metadata, event, memory.updated_at),
+    ]
 
 
 def delete(store: Store, tenant: str, memory_id: str) -> None:
     with store.write():
-        if not store.delete_memory(tenant, memory_id):
-            raise NotFound("Memory not found")
+        if store.get_memory(tenant, memory_id, clock.now_ms()) is None:
+            raise _not_found()
+        store.delete_memory(tenant, memory_id)
+
+
+def delete_all(store: Store, tenant: str, user_id: str, cache: SearchCache | None = None) -> int:
+    """Erase one end user: every memory, vector, version and index row; returns how many."""
+    with store.write():
+        deleted = store.delete_user(tenant, user_id)
+    if cache is not None:
+        cache.forget(tenant, user_id)
+    return deleted
+
+
+def purge_expired(store: Store, batch: int = 500) -> int:
+    """Delete for good memories whose time is up; returns how many.
+
+    They are invisible from the moment they expire; this removes them.
+    """
+    removed = 0
+    while True:
+        with store.write():
+            due = store.expired(clock.now_ms(), batch)
+            for tenant, memory_id in due:
+                removed += store.delete_memory(tenant, memory_id)
+        if len(due) < batch:
+            return removed

@@ -1,9 +1,12 @@
 """Every SQL statement memsvc runs, behind :class:`Store`.
 
-Memories live in two tables written in one transaction: ``memories`` (the
-record) and ``memory_vectors``, a sqlite-vec ``vec0`` table partitioned by
-tenant and user, so a search reads only that user's vectors. The two are
-joined on ``memories.seq = memory_vectors.rowid``.
+A memory is written in one transaction to ``memories`` (the record),
+``memory_vectors`` (a sqlite-vec ``vec0`` table partitioned by tenant and
+user, so a search reads only that user's vectors: one vector per window of
+its text, ids ``first_vid .. first_vid + windows - 1``), ``memory_fts`` (the
+keyword index) and ``memory_users`` (the user's change counters, which
+search caches compare). Earlier versions of a memory are in
+``memory_history``; deleting a memory deletes all of it.
 
 Services see only :class:`Store` methods taking and returning plain values
 (:mod:`memsvc.models`), and open the transactions themselves
@@ -25,16 +28,26 @@ import numpy as np
 
 from ..models import ApiKey
 from ..models import Memory
+from ..models import Version
+from ..models import compact_json
+from ..models import dedupe_key
 from . import schema
 from . import vec0
 from .db import Database
 from .db import connect
 from .schema import SCHEMA_VERSION
 from .schema import StoreMismatch
+from .schema import fts_scope
 
-__all__ = ["Database", "SCHEMA_VERSION", "Store", "StoreMismatch", "UserState", "connect"]
+__all__ = [
+    "Database", "Entry", "SCHEMA_VERSION", "Store", "StoreMismatch", "UserState", "connect",
+]  # fmt: skip
 
-_MEMORY_COLUMNS = "id, tenant, user_id, content, metadata, created_at, updated_at"
+_MEMORY_COLUMNS = (
+    "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
+)
+# A memory is visible until it expires.
+_VISIBLE = "(expires_at IS NULL OR expires_at > ?)"
 _KEY_COLUMNS = (
     "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit"
 )
@@ -51,6 +64,8 @@ def _memory(row: t.Sequence[t.Any]) -> Memory:
         metadata=json.loads(row[4]),
         created_at=row[5],
         updated_at=row[6],
+        expires_at=row[7],
+        version=row[8],
     )
 
 
@@ -60,12 +75,34 @@ def _key(row: t.Sequence[t.Any]) -> ApiKey:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class UserState:
-    """A user's change counters; any write to their memories changes them."""
+    """A user's change counters; any write to their memories changes them.
+
+    ``count`` memories; ``max_vid`` the highest vector id ever given to them
+    (new memories, new text); ``deletes`` grows when vectors go (a delete, an
+    update of the text); ``updates`` when metadata or expiry alone change;
+    ``generation`` when every vector was replaced or the user erased.
+    """
 
     count: int
-    max_seq: int
+    max_vid: int
     deletes: int
+    updates: int
     generation: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """A memory as search sees it: where its vectors are, and what filters read."""
+
+    seq: int
+    first_vid: int
+    windows: int
+    created_at: int
+    expires_at: int | None
+    metadata: str  # JSON, parsed only when a filter needs it
+
+
+_ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
 
 
 class Store:
@@ -154,83 +191,154 @@ class Store:
             raise OSError(f"database file {path} no longer exists")
         self.conn.execute("SELECT value FROM memsvc_meta WHERE key = 'schema_version'").fetchone()
 
-    # -- memories -----------------------------------------------------------
+    # -- memories: writes ------------------------------------------------------
+    # Call inside write(); vectors[i] holds memory i's windows, one row each.
 
-    def insert_memories(self, memories: t.Sequence[Memory], vectors: np.ndarray) -> None:
-        """Insert memories and their vectors; call inside :meth:`write`.
+    def _new_vids(self, count: int) -> int:
+        """Reserve ``count`` consecutive vector ids, never handed out before."""
+        first = int(schema.get_meta(self.conn, "next_vid") or 1)
+        schema.set_meta(self.conn, "next_vid", str(first + count))
+        return first
 
-        Memories get increasing ``seq`` in the order given. Vectors go in
-        grouped by user, which is how vec0 inserts fastest.
+    def insert_memories(
+        self, memories: t.Sequence[Memory], vectors: t.Sequence[np.ndarray] | np.ndarray
+    ) -> None:
+        """Insert memories with their vectors and keyword index rows.
+
+        ``vectors[i]`` holds memory ``i``'s windows, one row each; a 2-D
+        array is one vector per memory. Memories get increasing ``seq`` in
+        the order given; vectors go in grouped by user, which is how vec0
+        inserts fastest.
         """
         if len(memories) == 0:
             return
+        if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
+            vectors = [row[None, :] for row in vectors]
+        windows = [len(v) for v in vectors]
+        if any(w < 1 for w in windows) or len(vectors) != len(memories):
+            raise ValueError("every memory needs at least one vector")
         (last,) = self.conn.execute(
             "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0)"
         ).fetchone()
         seqs = range(last + 1, last + 1 + len(memories))
+        vid = self._new_vids(sum(windows))
+        first_vids = []
+        for w in windows:
+            first_vids.append(vid)
+            vid += w
         self.conn.executemany(
-            f"INSERT INTO memories (seq, {_MEMORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO memories (seq, {_MEMORY_COLUMNS}, first_vid, windows, dedupe_key) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
-                    seq,
-                    m.id,
-                    m.tenant,
-                    m.user_id,
-                    m.content,
-                    json.dumps(m.metadata, ensure_ascii=False, separators=(",", ":")),
-                    m.created_at,
-                    m.updated_at,
+                    seq, m.id, m.tenant, m.user_id, m.content, compact_json(m.metadata),
+                    m.created_at, m.updated_at, m.expires_at, m.version, first, w,
+                    dedupe_key(m.content, m.metadata),
                 )
-                for seq, m in zip(seqs, memories, strict=True)
+                for seq, m, first, w in zip(seqs, memories, first_vids, windows, strict=True)
             ],
-        )
+        )  # fmt: skip
         order = sorted(
             range(len(memories)), key=lambda i: (memories[i].tenant, memories[i].user_id)
         )
         self.conn.executemany(
             "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) VALUES (?, ?, ?, ?)",
-            [(seqs[i], memories[i].tenant, memories[i].user_id, _blob(vectors[i])) for i in order],
+            [
+                (first_vids[i] + w, memories[i].tenant, memories[i].user_id, _blob(row))
+                for i in order
+                for w, row in enumerate(vectors[i])
+            ],
+        )
+        self.conn.executemany(
+            "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
+            [
+                (seq, fts_scope(m.tenant, m.user_id), m.content)
+                for seq, m in zip(seqs, memories, strict=False)
+            ],
         )
         users: dict[tuple[str, str], list[int]] = {}
-        for seq, m in zip(seqs, memories, strict=True):
-            users.setdefault((m.tenant, m.user_id), []).append(seq)
+        for m, first, w in zip(memories, first_vids, windows, strict=True):
+            users.setdefault((m.tenant, m.user_id), []).append(first + w - 1)
         self.conn.executemany(
-            "INSERT INTO memory_users (tenant, user_id, count, max_seq, deletes, generation) "
-            "VALUES (?, ?, ?, ?, 0, 0) ON CONFLICT (tenant, user_id) DO UPDATE SET "
-            "count = count + excluded.count, max_seq = max(max_seq, excluded.max_seq)",
-            [(tenant, user, len(s), max(s)) for (tenant, user), s in users.items()],
+            "INSERT INTO memory_users (tenant, user_id, count, max_vid, deletes, updates, "
+            "generation) VALUES (?, ?, ?, ?, 0, 0, 0) ON CONFLICT (tenant, user_id) DO UPDATE "
+            "SET count = count + excluded.count, max_vid = max(max_vid, excluded.max_vid)",
+            [(tenant, user, len(v), max(v)) for (tenant, user), v in users.items()],
         )
 
-    def insert_memory(self, memory: Memory, vector: np.ndarray) -> None:
-        """Insert a memory and its vector; call inside :meth:`write`."""
-        self.insert_memories([memory], np.asarray(vector)[None, :])
+    def update_memory(
+        self, seq: int, previous: Memory, updated: Memory, vectors: np.ndarray | None
+    ) -> None:
+        """Replace a memory's record by ``updated``; its vectors too if ``vectors`` is given.
 
-    def get_memory(self, tenant: str, memory_id: str) -> Memory | None:
-        row = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = ? AND tenant = ?",
-            (memory_id, tenant),
+        ``previous`` (the record as it was) goes to the memory's history.
+        """
+        self.conn.execute(
+            "INSERT INTO memory_history (memory_seq, version, content, metadata, at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (
+                seq, previous.version, previous.content, compact_json(previous.metadata),
+                previous.updated_at,
+            ),
+        )  # fmt: skip
+        self.conn.execute(
+            "UPDATE memories SET content = ?, metadata = ?, updated_at = ?, expires_at = ?, "
+            "version = ?, dedupe_key = ? WHERE seq = ?",
+            (
+                updated.content, compact_json(updated.metadata), updated.updated_at,
+                updated.expires_at, updated.version,
+                dedupe_key(updated.content, updated.metadata), seq,
+            ),
+        )  # fmt: skip
+        key = (updated.tenant, updated.user_id)
+        if vectors is None:
+            self.conn.execute(
+                "UPDATE memory_users SET updates = updates + 1 WHERE tenant = ? AND user_id = ?",
+                key,
+            )
+            return
+        first_vid, windows = self.conn.execute(
+            "SELECT first_vid, windows FROM memories WHERE seq = ?", (seq,)
         ).fetchone()
-        return _memory(row) if row else None
+        self._delete_vectors(first_vid, windows)
+        new_first = self._new_vids(len(vectors))
+        self.conn.executemany(
+            "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) VALUES (?, ?, ?, ?)",
+            [(new_first + w, *key, _blob(row)) for w, row in enumerate(vectors)],
+        )
+        self.conn.execute(
+            "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?",
+            (new_first, len(vectors), seq),
+        )
+        self.conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
+        self.conn.execute(
+            "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
+            (seq, fts_scope(*key), updated.content),
+        )
+        self.conn.execute(
+            "UPDATE memory_users SET deletes = deletes + 1, max_vid = max(max_vid, ?) "
+            "WHERE tenant = ? AND user_id = ?",
+            (new_first + len(vectors) - 1, *key),
+        )
 
-    def list_memories(self, tenant: str, user_id: str, limit: int) -> list[Memory]:
-        """A user's memories, newest first."""
-        rows = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-            "ORDER BY created_at DESC, seq DESC LIMIT ?",
-            (tenant, user_id, limit),
-        ).fetchall()
-        return [_memory(row) for row in rows]
+    def _delete_vectors(self, first_vid: int, windows: int) -> None:
+        self.conn.executemany(
+            "DELETE FROM memory_vectors WHERE rowid = ?",
+            [(vid,) for vid in range(first_vid, first_vid + windows)],
+        )
 
     def delete_memory(self, tenant: str, memory_id: str) -> bool:
-        """Delete a memory and its vector; call inside :meth:`write`."""
+        """Delete a memory, its vectors, history and keyword index rows; False if none."""
         row = self.conn.execute(
-            "DELETE FROM memories WHERE id = ? AND tenant = ? RETURNING seq, user_id",
+            "DELETE FROM memories WHERE id = ? AND tenant = ? "
+            "RETURNING seq, user_id, first_vid, windows",
             (memory_id, tenant),
         ).fetchone()
         if row is None:
             return False
-        seq, user_id = row
-        self.conn.execute("DELETE FROM memory_vectors WHERE rowid = ?", (seq,))
+        seq, user_id, first_vid, windows = row
+        self._delete_vectors(first_vid, windows)
+        self.conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
         self.conn.execute(
             "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 "
             "WHERE tenant = ? AND user_id = ?",
@@ -238,30 +346,107 @@ class Store:
         )
         return True
 
-    def knn(
-        self, tenant: str, user_id: str, vector: np.ndarray, k: int
-    ) -> list[tuple[int, float, bytes]]:
-        """sqlite-vec's ``k`` nearest of a user's vectors: ``(seq, cosine distance, vector)``.
+    def delete_user(self, tenant: str, user_id: str) -> int:
+        """Delete every memory of one end user of one tenant; returns how many."""
+        rows = self.conn.execute(
+            "DELETE FROM memories WHERE tenant = ? AND user_id = ? "
+            "RETURNING seq, first_vid, windows",
+            (tenant, user_id),
+        ).fetchall()
+        if not rows:
+            return 0
+        self.conn.executemany(
+            "DELETE FROM memory_vectors WHERE rowid = ?",
+            [(vid,) for _, first, w in rows for vid in range(first, first + w)],
+        )
+        self.conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(r[0],) for r in rows])
+        # The row stays, counters only grow: a cache must see the change.
+        self.conn.execute(
+            "UPDATE memory_users SET count = 0, deletes = deletes + 1, "
+            "generation = generation + 1 WHERE tenant = ? AND user_id = ?",
+            (tenant, user_id),
+        )
+        return len(rows)
 
-        Float32 arithmetic, at most :data:`vec0.KNN_MAX` rows; ranking them
-        exactly is :mod:`memsvc.search`'s work.
-        """
+    def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
+        """(tenant, id) of up to ``limit`` memories whose time is up."""
         return self.conn.execute(
-            "SELECT rowid, distance, embedding FROM memory_vectors "
-            "WHERE embedding MATCH ? AND k = ? AND tenant = ? AND user_id = ?",
-            (_blob(vector), k, tenant, user_id),
+            "SELECT tenant, id FROM memories WHERE expires_at <= ? LIMIT ?", (now, limit)
         ).fetchall()
 
-    def created_of(self, seqs: t.Sequence[int] | np.ndarray) -> np.ndarray:
-        """The ``created_at`` of each of ``seqs`` (0 for one that is gone)."""
-        marks = ",".join("?" * len(seqs))
-        times = dict(
-            self.conn.execute(
-                f"SELECT seq, created_at FROM memories WHERE seq IN ({marks})",
-                [int(x) for x in seqs],
-            ).fetchall()
+    # -- memories: reads -------------------------------------------------------
+    # Only memories that have not expired at ``now`` are seen.
+
+    def get_memory(self, tenant: str, memory_id: str, now: int) -> Memory | None:
+        row = self.conn.execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = ? AND tenant = ? AND {_VISIBLE}",
+            (memory_id, tenant, now),
+        ).fetchone()
+        return _memory(row) if row else None
+
+    def locate(self, tenant: str, memory_id: str, now: int) -> tuple[int, Memory] | None:
+        """A visible memory with its ``seq``, for an update or a cursor."""
+        row = self.conn.execute(
+            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories "
+            f"WHERE id = ? AND tenant = ? AND {_VISIBLE}",
+            (memory_id, tenant, now),
+        ).fetchone()
+        return (row[0], _memory(row[1:])) if row else None
+
+    def find_duplicate(self, tenant: str, user_id: str, key: bytes, now: int) -> Memory | None:
+        """The user's oldest visible memory with this :func:`~memsvc.models.dedupe_key`."""
+        row = self.conn.execute(
+            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+            f"AND dedupe_key = ? AND {_VISIBLE} ORDER BY seq LIMIT 1",
+            (tenant, user_id, key, now),
+        ).fetchone()
+        return _memory(row) if row else None
+
+    def page(
+        self,
+        tenant: str,
+        user_id: str,
+        now: int,
+        *,
+        before: tuple[int, int] | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+    ) -> t.Iterator[tuple[int, Memory]]:
+        """A user's visible memories newest first, from just after ``before`` on.
+
+        ``before`` is the ``(created_at, seq)`` of the last memory already
+        seen. Rows stream: the caller stops when it has enough.
+        """
+        where = [f"tenant = ? AND user_id = ? AND {_VISIBLE}"]
+        params: list[t.Any] = [tenant, user_id, now]
+        if before is not None:
+            where.append("(created_at < ? OR (created_at = ? AND seq < ?))")
+            params += [before[0], before[0], before[1]]
+        if created_after is not None:
+            where.append("created_at > ?")
+            params.append(created_after)
+        if created_before is not None:
+            where.append("created_at < ?")
+            params.append(created_before)
+        cursor = self.conn.execute(
+            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, seq DESC",
+            params,
         )
-        return np.array([times.get(int(x), 0) for x in seqs], dtype=np.int64)
+        for row in cursor:
+            yield row[0], _memory(row[1:])
+
+    def versions(self, seq: int) -> list[Version]:
+        """A memory's earlier versions, oldest first (the current one is in ``memories``)."""
+        rows = self.conn.execute(
+            "SELECT version, content, metadata, at FROM memory_history WHERE memory_seq = ? "
+            "ORDER BY version",
+            (seq,),
+        ).fetchall()
+        return [
+            Version(v, content, json.loads(meta), "add" if v == 1 else "update", at)
+            for v, content, meta, at in rows
+        ]
 
     def memories_by_seq(self, seqs: t.Sequence[int]) -> dict[int, Memory]:
         if not seqs:
@@ -272,61 +457,110 @@ class Store:
         ).fetchall()
         return {row[0]: _memory(row[1:]) for row in rows}
 
-    # -- bulk reads for a search cache -------------------------------------------
+    # -- search ----------------------------------------------------------------
 
     def user_state(self, tenant: str, user_id: str) -> UserState | None:
-        """The user's change counters (see the ``memory_users`` table)."""
+        """The user's change counters (see :class:`UserState`)."""
         row = self.conn.execute(
-            "SELECT count, max_seq, deletes, generation FROM memory_users "
+            "SELECT count, max_vid, deletes, updates, generation FROM memory_users "
             "WHERE tenant = ? AND user_id = ?",
             (tenant, user_id),
         ).fetchone()
         return UserState(*row) if row else None
 
-    def user_vectors(
-        self, tenant: str, user_id: str, after_seq: int = 0, spare: int = 0
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(seqs, created_at, vectors)`` of a user's memories with seq > ``after_seq``.
+    def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
+        """A user's memories whose vectors have ids above ``after_vid``, by vector id.
 
-        Rows are in seq order. ``spare`` extra rows, zeroed, are allocated at
-        the end of each array, for a caller that will append to them.
-        Everything (``after_seq`` 0) is read a chunk at a time straight from
-        vec0's storage, one blob per 8 vectors, into one array; a few new
-        memories are read one by one.
+        Expired memories are included: whether one is visible is decided at
+        search time, from ``expires_at``.
         """
-        index = self.conn.execute(
-            "SELECT seq, created_at FROM memories WHERE tenant = ? AND user_id = ? AND seq > ? "
-            "ORDER BY seq",
-            (tenant, user_id, after_seq),
-        ).fetchall()
-        n = len(index)
-        seqs = np.zeros(n + spare, dtype=np.int64)
-        created = np.zeros(n + spare, dtype=np.int64)
-        if n == 0:
-            return seqs, created, np.zeros((spare, 0), dtype=np.float32)
-        seqs[:n] = [row[0] for row in index]
-        created[:n] = [row[1] for row in index]
-        if after_seq == 0 or n > 256:
-            vectors = vec0.read_vectors(self.conn, tenant, user_id, seqs[:n], spare)
-        else:
-            blobs = [
-                self.conn.execute(
-                    "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
-                ).fetchone()[0]
-                for seq in seqs[:n]
-            ]
-            found = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, -1)
-            vectors = np.zeros((n + spare, found.shape[1]), dtype=np.float32)
-            vectors[:n] = found
-        return seqs, created, vectors
-
-    def user_seqs(self, tenant: str, user_id: str) -> np.ndarray:
-        """The seqs of a user's memories, ascending."""
         rows = self.conn.execute(
-            "SELECT seq FROM memories WHERE tenant = ? AND user_id = ? ORDER BY seq",
-            (tenant, user_id),
+            f"SELECT {_ENTRY_COLUMNS} FROM memories "
+            "WHERE tenant = ? AND user_id = ? AND first_vid > ? ORDER BY first_vid",
+            (tenant, user_id, after_vid),
         ).fetchall()
-        return np.array([row[0] for row in rows], dtype=np.int64)
+        return [Entry(*row) for row in rows]
+
+    def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
+        """The memory each of ``vids`` belongs to (a vid with no memory left is absent)."""
+        found: dict[int, Entry] = {}
+        # Most memories have one vector, found by its first id at once.
+        for start in range(0, len(vids), 500):
+            chunk = [int(v) for v in vids[start : start + 500]]
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                f"AND first_vid IN ({marks})",
+                (tenant, user_id, *chunk),
+            ):
+                found[row[1]] = Entry(*row)
+        for vid in vids:
+            if int(vid) in found:
+                continue
+            row = self.conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                "AND first_vid <= ? ORDER BY first_vid DESC LIMIT 1",
+                (tenant, user_id, int(vid)),
+            ).fetchone()
+            if row is not None and vid < row[1] + row[2]:
+                found[int(vid)] = Entry(*row)
+        return found
+
+    def knn(
+        self, tenant: str, user_id: str, vector: np.ndarray, k: int
+    ) -> list[tuple[int, float, bytes]]:
+        """sqlite-vec's ``k`` nearest of a user's vectors: ``(vid, cosine distance, vector)``.
+
+        Float32 arithmetic, at most :data:`vec0.KNN_MAX` rows; ranking them
+        exactly is :mod:`memsvc.search`'s work.
+        """
+        return self.conn.execute(
+            "SELECT rowid, distance, embedding FROM memory_vectors "
+            "WHERE embedding MATCH ? AND k = ? AND tenant = ? AND user_id = ?",
+            (_blob(vector), k, tenant, user_id),
+        ).fetchall()
+
+    def vectors(
+        self, tenant: str, user_id: str, vids: np.ndarray, spare: int = 0, whole_user: bool = False
+    ) -> np.ndarray:
+        """The vectors with ids ``vids`` (ascending) of one user, plus ``spare`` zero rows.
+
+        ``whole_user``: ``vids`` are all of the user's vectors, read a chunk
+        at a time straight from vec0's storage; otherwise one by one.
+        """
+        if whole_user or len(vids) > 256:
+            order = np.argsort(vids, kind="stable")
+            if whole_user or np.array_equal(order, np.arange(len(vids))):
+                return vec0.read_vectors(
+                    self.conn, tenant, user_id, vids, spare, subset=not whole_user
+                )
+            sorted_rows = vec0.read_vectors(self.conn, tenant, user_id, vids[order], subset=True)
+            out = np.zeros((len(vids) + spare, sorted_rows.shape[1]), dtype=np.float32)
+            out[order] = sorted_rows
+            return out
+        blobs = [
+            self.conn.execute(
+                "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(vid),)
+            ).fetchone()[0]
+            for vid in vids
+        ]
+        if not blobs:
+            return np.zeros((spare, 0), dtype=np.float32)
+        found = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(vids), -1)
+        out = np.zeros((len(vids) + spare, found.shape[1]), dtype=np.float32)
+        out[: len(vids)] = found
+        return out
+
+    def keyword(self, tenant: str, user_id: str, match: str, limit: int) -> list[tuple[int, float]]:
+        """``(seq, bm25)`` of the user's memories matching an FTS5 ``match`` expression.
+
+        Best first; bm25 is FTS5's, where lower (more negative) is better.
+        """
+        return self.conn.execute(
+            "SELECT rowid, bm25(memory_fts, 0.0, 1.0) AS score FROM memory_fts "
+            "WHERE memory_fts MATCH ? ORDER BY score LIMIT ?",
+            (f"scope:{fts_scope(tenant, user_id)} AND ({match})", limit),
+        ).fetchall()
 
     # -- API keys -----------------------------------------------------------
 
@@ -399,14 +633,15 @@ class Store:
 
     def start_reembed(self, embedder_id: str) -> None:
         self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS reembed_staging "
-            "(seq INTEGER PRIMARY KEY, embedder TEXT NOT NULL, embedding BLOB NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS reembed_staging (seq INTEGER NOT NULL, "
+            "window INTEGER NOT NULL, embedder TEXT NOT NULL, embedding BLOB NOT NULL, "
+            "PRIMARY KEY (seq, window))"
         )
         # Vectors staged for another model by an earlier run are useless.
         self.conn.execute("DELETE FROM reembed_staging WHERE embedder != ?", (embedder_id,))
 
     def unstaged_memories(self, limit: int) -> list[tuple[int, str]]:
-        """(seq, content) of memories with no staged vector yet, oldest first."""
+        """(seq, content) of memories with no staged vectors yet, oldest first."""
         return self.conn.execute(
             "SELECT seq, content FROM memories "
             "WHERE seq > (SELECT coalesce(max(seq), 0) FROM reembed_staging) "
@@ -415,29 +650,51 @@ class Store:
         ).fetchall()
 
     def stage_vectors(self, embedder_id: str, rows: list[tuple[int, np.ndarray]]) -> None:
+        """Stage each memory's new windows' vectors: ``(seq, [windows, dims])``."""
         self.conn.executemany(
-            "INSERT OR REPLACE INTO reembed_staging (seq, embedder, embedding) VALUES (?, ?, ?)",
-            [(seq, embedder_id, _blob(vector)) for seq, vector in rows],
+            "INSERT OR REPLACE INTO reembed_staging (seq, window, embedder, embedding) "
+            "VALUES (?, ?, ?, ?)",
+            [
+                (seq, w, embedder_id, _blob(vector))
+                for seq, vectors in rows
+                for w, vector in enumerate(vectors)
+            ],
         )
 
     def has_unstaged(self) -> bool:
         return bool(self.unstaged_memories(1))
 
     def switch_to_staged(self, embedder_id: str, dimensions: int) -> None:
-        """Replace every vector by its staged one and record the new model."""
+        """Replace every vector by its staged ones and record the new model."""
         self.conn.execute("DROP TABLE memory_vectors")
         for statement in vec0.TABLE:
             self.conn.execute(vec0.render(statement, dimensions))
-        self.conn.execute(
-            "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) "
-            "SELECT m.seq, m.tenant, m.user_id, s.embedding "
-            "FROM reembed_staging AS s JOIN memories AS m ON m.seq = s.seq ORDER BY m.seq"
-        )
+        staged = self.conn.execute(
+            "SELECT m.seq, m.tenant, m.user_id, count(*) FROM reembed_staging AS s "
+            "JOIN memories AS m ON m.seq = s.seq GROUP BY m.seq ORDER BY m.seq"
+        ).fetchall()
+        vid = self._new_vids(sum(n for *_, n in staged))
+        for seq, tenant, user_id, n in staged:
+            self.conn.execute(
+                "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) "
+                "SELECT ? + window, ?, ?, embedding FROM reembed_staging "
+                "WHERE seq = ? ORDER BY window",
+                (vid, tenant, user_id, seq),
+            )
+            self.conn.execute(
+                "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?", (vid, n, seq)
+            )
+            vid += n
         schema.set_meta(self.conn, "embedder", embedder_id)
         schema.set_meta(self.conn, "dimensions", str(dimensions))
         self.conn.execute("DROP TABLE reembed_staging")
         # Every vector changed: caches of any user must reload.
-        self.conn.execute("UPDATE memory_users SET generation = generation + 1")
+        self.conn.execute(
+            "UPDATE memory_users SET generation = generation + 1, "
+            "max_vid = (SELECT coalesce(max(first_vid + windows - 1), 0) FROM memories "
+            "WHERE memories.tenant = memory_users.tenant "
+            "AND memories.user_id = memory_users.user_id)"
+        )
 
 
 def _blob(vector: np.ndarray) -> bytes:

@@ -7,18 +7,111 @@ stored vectors come from. :func:`migrate` brings any older database up to
 
 from __future__ import annotations
 
+import hashlib
+import json
 import typing as t
 
+from ..models import dedupe_key
 from . import vec0
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class StoreMismatch(Exception):
     """The database was made for another embedding model or a newer memsvc."""
 
 
-_MIGRATIONS: dict[int, list[str]] = {
+Step = str | t.Callable[[t.Any], None]
+
+
+def _dedupe_keys(conn: t.Any) -> None:
+    """Compute the duplicate-detection key of every existing memory."""
+    rows = conn.execute("SELECT seq, content, metadata FROM memories").fetchall()
+    conn.executemany(
+        "UPDATE memories SET dedupe_key = ? WHERE seq = ?",
+        [(dedupe_key(content, json.loads(metadata)), seq) for seq, content, metadata in rows],
+    )
+
+
+def fts_scope(tenant: str, user_id: str) -> str:
+    """The token that confines a keyword search to one user of one tenant."""
+    digest = hashlib.sha256(f"{tenant}\x00{user_id}".encode("utf-8", "surrogatepass"))
+    return "s" + digest.hexdigest()[:24]
+
+
+def _index_existing_text(conn: t.Any) -> None:
+    rows = conn.execute("SELECT seq, tenant, user_id, content FROM memories").fetchall()
+    conn.executemany(
+        "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
+        [(seq, fts_scope(tenant, user), content) for seq, tenant, user, content in rows],
+    )
+
+
+def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    """Create or upgrade the schema; a new database records the embedder.
+
+    Call inside a write transaction. An existing database keeps the
+    embedder it records (see :func:`check_embedder`).
+    """
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS memsvc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    )
+    version = int(get_meta(conn, "schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise StoreMismatch(
+            f"the database has schema version {version}, newer than this memsvc "
+            f"({SCHEMA_VERSION}); upgrade memsvc"
+        )
+    if version == 0:
+        set_meta(conn, "embedder", embedder_id)
+        set_meta(conn, "dimensions", str(dimensions))
+    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[step]:
+            if callable(statement):
+                statement(conn)
+            else:
+                conn.execute(vec0.render(statement, recorded_dims))
+        set_meta(conn, "schema_version", str(step))
+
+
+def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
+    """The (model id, dimensions) the stored vectors come from."""
+    try:
+        model = get_meta(conn, "embedder")
+        dims = get_meta(conn, "dimensions")
+    except Exception:
+        return None
+    if model is None or dims is None:
+        return None
+    return model, int(dims)
+
+
+def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    recorded = recorded_embedder(conn)
+    if recorded is not None and recorded != (embedder_id, dimensions):
+        raise StoreMismatch(
+            f"the database holds vectors from {recorded[0]} ({recorded[1]} dimensions) but the "
+            f"configured embedder is {embedder_id} ({dimensions} dimensions); switch back with "
+            "MEMSVC_EMBEDDER / MEMSVC_EMBEDDING_MODEL / MEMSVC_EMBEDDING_DIMENSIONS, or run "
+            "'memsvc reembed' to re-embed every memory with the configured one"
+        )
+
+
+def get_meta(conn: t.Any, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: t.Any, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO memsvc_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+_MIGRATIONS: dict[int, list[Step]] = {
     1: [
         """CREATE TABLE api_keys (
             id TEXT PRIMARY KEY,
@@ -70,65 +163,48 @@ _MIGRATIONS: dict[int, list[str]] = {
         # user's new memories, and lists them, without touching the table.
         "CREATE INDEX memories_by_user_seq ON memories (tenant, user_id, seq, created_at)",
     ],
+    4: [
+        # Versions: a memory's earlier versions live in memory_history.
+        "ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE memories ADD COLUMN expires_at INTEGER",
+        # Long memories have several vectors (windows), with consecutive
+        # ids first_vid .. first_vid + windows - 1 in memory_vectors; ids
+        # come from a counter in memsvc_meta and are never reused. Until now
+        # a memory's one vector had id seq.
+        "ALTER TABLE memories ADD COLUMN first_vid INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE memories ADD COLUMN windows INTEGER NOT NULL DEFAULT 1",
+        "UPDATE memories SET first_vid = seq",
+        """INSERT INTO memsvc_meta (key, value)
+        SELECT 'next_vid', coalesce(max(seq), 0) + 1 FROM memories""",
+        # memory.add with dedupe: the trimmed text and canonical metadata.
+        "ALTER TABLE memories ADD COLUMN dedupe_key BLOB",
+        _dedupe_keys,
+        "DROP INDEX memories_by_user_seq",
+        # A user's memories by vector id: the search cache loads new ones.
+        "CREATE INDEX memories_by_user_vid ON memories (tenant, user_id, first_vid)",
+        "CREATE INDEX memories_by_dedupe_key ON memories (tenant, user_id, dedupe_key)",
+        "CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE memory_history (
+            memory_seq INTEGER NOT NULL REFERENCES memories (seq) ON DELETE CASCADE,
+            version INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            PRIMARY KEY (memory_seq, version)
+        ) WITHOUT ROWID""",
+        # The search cache's counters now count vectors: max_vid grows with
+        # new vectors (an update's too); updates counts changes of metadata
+        # or expiry alone.
+        "ALTER TABLE memory_users RENAME COLUMN max_seq TO max_vid",
+        "ALTER TABLE memory_users ADD COLUMN updates INTEGER NOT NULL DEFAULT 0",
+        # Keyword search: the index only (the text stays in memories),
+        # rows deleted for good (secure-delete), scoped to one user by a
+        # token of its own in the scope column.
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+            scope, content, content='', contentless_delete=1,
+            tokenize='unicode61 remove_diacritics 2'
+        )""",
+        "INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)",
+        _index_existing_text,
+    ],
 }
-
-
-def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    """Create or upgrade the schema; a new database records the embedder.
-
-    Call inside a write transaction. An existing database keeps the
-    embedder it records (see :func:`check_embedder`).
-    """
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS memsvc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-    )
-    version = int(get_meta(conn, "schema_version") or 0)
-    if version > SCHEMA_VERSION:
-        raise StoreMismatch(
-            f"the database has schema version {version}, newer than this memsvc "
-            f"({SCHEMA_VERSION}); upgrade memsvc"
-        )
-    if version == 0:
-        set_meta(conn, "embedder", embedder_id)
-        set_meta(conn, "dimensions", str(dimensions))
-    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
-    for step in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[step]:
-            conn.execute(vec0.render(statement, recorded_dims))
-        set_meta(conn, "schema_version", str(step))
-
-
-def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
-    """The (model id, dimensions) the stored vectors come from."""
-    try:
-        model = get_meta(conn, "embedder")
-        dims = get_meta(conn, "dimensions")
-    except Exception:
-        return None
-    if model is None or dims is None:
-        return None
-    return model, int(dims)
-
-
-def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    recorded = recorded_embedder(conn)
-    if recorded is not None and recorded != (embedder_id, dimensions):
-        raise StoreMismatch(
-            f"the database holds vectors from {recorded[0]} ({recorded[1]} dimensions) but the "
-            f"configured embedder is {embedder_id} ({dimensions} dimensions); switch back with "
-            "MEMSVC_EMBEDDER / MEMSVC_EMBEDDING_MODEL / MEMSVC_EMBEDDING_DIMENSIONS, or run "
-            "'memsvc reembed' to re-embed every memory with the configured one"
-        )
-
-
-def get_meta(conn: t.Any, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else None
-
-
-def set_meta(conn: t.Any, key: str, value: str) -> None:
-    conn.execute(
-        "INSERT INTO memsvc_meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )

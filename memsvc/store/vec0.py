@@ -43,9 +43,17 @@ def render(statement: str, dimensions: int) -> str:
 
 
 def read_vectors(
-    conn: t.Any, tenant: str, user_id: str, seqs: np.ndarray, spare: int
+    conn: t.Any,
+    tenant: str,
+    user_id: str,
+    seqs: np.ndarray,
+    spare: int = 0,
+    subset: bool = False,
 ) -> np.ndarray:
     """The vectors of ``seqs`` (ascending rowids) of one partition, plus ``spare`` zero rows.
+
+    ``seqs`` are all of the partition's rowids, or with ``subset`` some of
+    them (every chunk is still read).
 
     A chunk row holds a validity bitmap (bit i little-endian: slot i is in
     use), the slots' rowids (int64) and, in the vector chunk table, the
@@ -69,6 +77,8 @@ def read_vectors(
         ids = np.frombuffer(rowids, dtype=np.int64)
         valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
         valid = valid[: len(ids)].astype(bool)
+        if subset:
+            valid &= np.isin(ids, seqs)
         if not valid.any():
             continue
         vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)

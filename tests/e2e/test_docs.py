@@ -6,7 +6,7 @@ server's settings in the environment and ``http://127.0.0.1:8000`` pointing
 at the test server. A ``js`` block that starts with ``// <file>: ...`` is
 saved as that file first. A block's output must match the ``json`` (or
 plain) block right after it, once ids, secrets and times are masked and
-numbers compared to 2 decimal places. A block preceded by
+numbers compared within 0.02 (int8 inference differs a little between CPUs). A block preceded by
 ``<!-- not run -->`` is not run.
 """
 
@@ -86,7 +86,7 @@ def masked(text: str) -> str:
 
 def same(got: t.Any, want: t.Any) -> bool:
     if isinstance(want, float) or isinstance(got, float):
-        return isinstance(got, (int, float)) and abs(got - want) < 0.005
+        return isinstance(got, (int, float)) and abs(got - want) < 0.02
     if isinstance(want, dict):
         return (
             isinstance(got, dict)

@@ -107,10 +107,13 @@ def test_add_rejects_oversized_metadata(configured):
     assert "at most 100 bytes" in error["message"]
 
 
-def test_content_too_long_for_the_model_is_400_saying_so(client, auth):
-    resp = mutate(client, "memory.add", {"userId": "u", "content": "word " * 400}, headers=auth)
-    error = assert_error(resp, 400, "BAD_REQUEST", "memory.add")
-    assert "too long for the embedding model" in error["message"]
+def test_content_longer_than_the_model_takes_is_stored_whole(client, auth):
+    long = "word " * 400  # 400 tokens, more than the model's 256
+    added = data(mutate(client, "memory.add", {"userId": "u", "content": long}, headers=auth))
+    assert added["content"] == long
+    question = {"userId": "u", "query": "word word word", "threshold": 0}
+    found = data(query(client, "memory.search", question, headers=auth))
+    assert [m["id"] for m in found] == [added["id"]]
 
 
 def test_content_over_the_character_limit_is_400(configured):

@@ -9,7 +9,9 @@ import uuid
 import numpy as np
 import pytest
 
+from memsvc import clock
 from memsvc.models import Memory
+from memsvc.search import Scope
 from memsvc.search import SearchCache
 from memsvc.search import nearest
 from memsvc.search.exact import exact_similarity
@@ -76,7 +78,7 @@ def ids(results):
 
 
 def search(store, cache, user, query, k, threshold, tenant="t"):
-    found = nearest(store, cache, tenant, user, query, k, threshold)
+    found = nearest(store, cache, tenant, user, query, k, threshold, Scope(clock.now_ms()))
     return [(r.memory, r.similarity) for r in found]
 
 
@@ -143,7 +145,7 @@ def test_many_deletes_are_compacted_away(db):
             store.delete_memory("t", m.id)
     check_all_paths(store, cache, "u", query, 5, 0)
     snap = cache._entries[("t", "u")]
-    assert snap.n == 10 and snap.alive is None
+    assert snap.n == snap.m == 10 and snap.alive[: snap.m].all()
 
 
 def test_other_users_and_tenants_never_leak_into_a_search(db):

@@ -4,6 +4,7 @@ import uuid
 import numpy as np
 import pytest
 
+from memsvc import clock
 from memsvc import search
 from memsvc.models import ApiKey
 from memsvc.models import Memory
@@ -36,14 +37,24 @@ def rand(dim=16, seed=0):
 
 def nearest(store, tenant, user, query, k, threshold):
     """The uncached search path over this store."""
-    found = search.nearest(store, None, tenant, user, query, k, threshold)
+    found = search.nearest(
+        store, None, tenant, user, query, k, threshold, search.Scope(clock.now_ms())
+    )
     return [(r.memory, r.similarity) for r in found]
 
 
 def add(store, m, vector):
     with store.write():
-        store.insert_memory(m, vector)
+        store.insert_memories([m], [np.asarray(vector)[None, :]])
     return m
+
+
+def get_memory(store, tenant, memory_id):
+    return store.get_memory(tenant, memory_id, clock.now_ms())
+
+
+def list_memories(store, tenant, user, limit):
+    return [m for _, m in store.page(tenant, user, clock.now_ms())][:limit]
 
 
 def count(store, table):
@@ -84,12 +95,12 @@ def test_a_newer_schema_is_refused(store):
 
 def test_insert_and_get_round_trip(store):
     m = add(store, memory(metadata={"tags": ["a", "ü"], "n": 1.5, "deep": {"x": None}}), rand())
-    assert store.get_memory("t1", m.id) == m
+    assert get_memory(store, "t1", m.id) == m
 
 
 def test_get_is_scoped_to_the_tenant(store):
     m = add(store, memory(tenant="t1"), rand())
-    assert store.get_memory("t2", m.id) is None
+    assert get_memory(store, "t2", m.id) is None
 
 
 def test_insert_is_all_or_nothing(store):
@@ -99,7 +110,7 @@ def test_insert_is_all_or_nothing(store):
         add(store, m, wrong_dimensions)
     assert count(store, "memories") == 0
     assert count(store, "memory_vectors") == 0
-    assert store.get_memory("t1", m.id) is None
+    assert get_memory(store, "t1", m.id) is None
 
 
 def test_list_is_newest_first_and_ties_go_to_the_later_insert(store):
@@ -107,19 +118,19 @@ def test_list_is_newest_first_and_ties_go_to_the_later_insert(store):
     second = add(store, memory(created_at=5), rand(seed=2))
     older = add(store, memory(created_at=1), rand(seed=3))
     newest = add(store, memory(created_at=9), rand(seed=4))
-    ids = [m.id for m in store.list_memories("t1", "u1", 10)]
+    ids = [m.id for m in list_memories(store, "t1", "u1", 10)]
     assert ids == [newest.id, second.id, first.id, older.id]
-    assert [m.id for m in store.list_memories("t1", "u1", 2)] == [newest.id, second.id]
+    assert [m.id for m in list_memories(store, "t1", "u1", 2)] == [newest.id, second.id]
 
 
 def test_list_is_scoped_to_tenant_and_user(store):
     add(store, memory(tenant="t1", user="u1"), rand(seed=1))
     add(store, memory(tenant="t1", user="u2"), rand(seed=2))
     add(store, memory(tenant="t2", user="u1"), rand(seed=3))
-    assert len(store.list_memories("t1", "u1", 10)) == 1
-    assert len(store.list_memories("t1", "u2", 10)) == 1
-    assert len(store.list_memories("t2", "u1", 10)) == 1
-    assert store.list_memories("t2", "u2", 10) == []
+    assert len(list_memories(store, "t1", "u1", 10)) == 1
+    assert len(list_memories(store, "t1", "u2", 10)) == 1
+    assert len(list_memories(store, "t2", "u1", 10)) == 1
+    assert list_memories(store, "t2", "u2", 10) == []
 
 
 def test_delete_removes_the_memory_and_its_vector(store):
@@ -127,7 +138,7 @@ def test_delete_removes_the_memory_and_its_vector(store):
     keep = add(store, memory(), rand(seed=5))
     with store.write():
         assert store.delete_memory("t1", m.id)
-    assert store.get_memory("t1", m.id) is None
+    assert get_memory(store, "t1", m.id) is None
     assert count(store, "memory_vectors") == 1
     assert [x.id for x, _ in nearest(store, "t1", "u1", rand(), 10, 0)] == [keep.id]
 
@@ -136,7 +147,7 @@ def test_delete_of_another_tenants_memory_does_nothing(store):
     m = add(store, memory(tenant="t1"), rand())
     with store.write():
         assert not store.delete_memory("t2", m.id)
-    assert store.get_memory("t1", m.id) == m
+    assert get_memory(store, "t1", m.id) == m
 
 
 def test_nearest_is_exact_and_ordered(store):
@@ -215,7 +226,7 @@ def test_ping_fails_when_the_file_is_gone(db_path):
 def test_failed_write_leaves_no_transaction_open(store):
     with pytest.raises(RuntimeError):
         with store.write():
-            store.insert_memory(memory(), rand())
+            store.insert_memories([memory()], [rand()[None, :]])
             raise RuntimeError("boom")
     assert not store.conn.in_transaction
     assert count(store, "memories") == 0

@@ -5,6 +5,7 @@ import uuid
 import numpy as np
 import pytest
 
+from memsvc import clock
 from memsvc import search
 from memsvc.models import Memory
 from memsvc.store import vec0
@@ -43,17 +44,19 @@ def test_chunk_reader_agrees_with_vec0(store):
     with store.write():
         for m in memories[::7]:
             store.delete_memory("t", m.id)
-    seqs, created, _ = store.user_vectors("t", "u")
-    got = vec0.read_vectors(store.conn, "t", "u", seqs, spare=3)
-    assert len(seqs) == 203 - len(memories[::7]) and len(got) == len(seqs) + 3
-    assert not got[len(seqs) :].any()
-    got = got[: len(seqs)]
-    for seq, vector in zip(seqs, got, strict=True):
+    vids = np.array([e.first_vid for e in store.entries("t", "u")], dtype=np.int64)
+    got = vec0.read_vectors(store.conn, "t", "u", vids, spare=3)
+    assert len(vids) == 203 - len(memories[::7]) and len(got) == len(vids) + 3
+    assert not got[len(vids) :].any()
+    got = got[: len(vids)]
+    for vid, vector in zip(vids, got, strict=True):
         (blob,) = store.conn.execute(
-            "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(seq),)
+            "SELECT embedding FROM memory_vectors WHERE rowid = ?", (int(vid),)
         ).fetchone()
         assert np.array_equal(np.frombuffer(blob, dtype=np.float32), vector)
-    assert list(created) == sorted(created)
+    some = vids[::5]
+    subset = vec0.read_vectors(store.conn, "t", "u", some, subset=True)
+    assert np.array_equal(subset, got[::5])
 
 
 def test_vector_chunks_are_looked_up_by_index_not_scan(store):
@@ -71,5 +74,7 @@ def test_many_users_each_get_their_own_chunks(store):
     chunks = count(store, "memory_vectors_chunks")
     assert chunks == 20
     for u in range(20):
-        [found] = search.nearest(store, None, "t", f"u{u}", rand(seed=u), 5, 0)
+        [found] = search.nearest(
+            store, None, "t", f"u{u}", rand(seed=u), 5, 0, search.Scope(clock.now_ms())
+        )
         assert found.similarity == pytest.approx(1, abs=1e-6)

@@ -1,0 +1,25 @@
+"""The ``service`` router: what a client needs to know about this deployment."""
+
+from __future__ import annotations
+
+import typing as t
+
+from .. import __version__
+from ..services import info
+from . import middleware
+from .context import runtime
+from .trpc import Call
+from .trpc import Router
+
+router = Router(
+    "service",
+    __name__,
+    middleware=[middleware.api_key, middleware.limited, middleware.record_use],
+)
+
+
+@router.query("info")
+def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
+    rt = runtime()
+    limits = middleware.limits_of(call.caller.key, rt.default_limits)
+    return info.describe(__version__, rt.embedder, rt.settings, limits)
