@@ -57,6 +57,7 @@ class Runtime:
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
         self._serving_lock: int | None = None
+        self._maintenance: t.Any = None
 
     @property
     def query_embedder(self) -> Embedder:
@@ -68,6 +69,14 @@ class Runtime:
         if cache is None or cache.embedder is not self.embedder:
             cache = self._query_cache = CachedEmbedder(self.embedder, entries)
         return cache
+
+    def start_maintenance(self) -> None:
+        """Start this process's maintenance thread (see :mod:`memsvc.maintenance`), once."""
+        if self._maintenance is None or not self._maintenance.is_alive():
+            from .maintenance import Maintenance
+
+            self._maintenance = Maintenance(self, self.settings["MAINTENANCE_SECONDS"])
+            self._maintenance.start()
 
     def store(self) -> Store:
         """A store on this thread's connection."""
@@ -133,7 +142,10 @@ class Runtime:
         self._serving_lock = fd
 
     def close(self) -> None:
-        """Close every connection and let go of the database."""
+        """Stop maintenance, close every connection and let go of the database."""
+        if self._maintenance is not None:
+            self._maintenance.stop()
+            self._maintenance.join(10)
         self.db.close()
         if self._serving_lock is not None:
             os.close(self._serving_lock)

@@ -150,9 +150,10 @@ SETTINGS: tuple[Setting, ...] = (
     _S("MODEL_CACHE_DIR", None, _optional(_text), "a directory path",
        "Where `local` keeps the ONNX model it converts from the bundled weights, once per box.",
        "Embeddings", shown_default="instance/models"),
-    _S("LOCAL_WINDOW_TOKENS", 128, _int_range(16, 510), "a whole number from 16 to 510",
-       "Texts longer than the local model takes are embedded as windows of this many tokens, "
-       "overlapping by a quarter; a memory scores as its best window.", "Embeddings"),
+    _S("LOCAL_WINDOW_TOKENS", 48, _int_range(16, 510), "a whole number from 16 to 510",
+       "A text longer than this many tokens is also embedded as windows of whole sentences up "
+       "to this length, each repeating the last sentence of the one before; a memory scores "
+       "as its best window.", "Embeddings"),
     _S("EMBEDDING_URL", "https://api.openai.com/v1", _http_url,
        "an http(s) URL such as https://api.openai.com/v1",
        "Base URL of the endpoint; memsvc POSTs to `{url}/embeddings`.", "Embeddings"),
@@ -166,10 +167,10 @@ SETTINGS: tuple[Setting, ...] = (
        "true or false",
        "Send `dimensions` in the request; by default only for `text-embedding-3-*` models.",
        "Embeddings", shown_default="auto"),
-    _S("EMBEDDING_WINDOW_CHARS", 2000, _int_range(200, 1_000_000),
-       "a whole number of characters from 200",
-       "Texts longer than this are embedded by the endpoint as windows of this many characters, "
-       "overlapping by a quarter; a memory scores as its best window.", "Embeddings"),
+    _S("EMBEDDING_WINDOW_CHARS", 400, _int_range(100, 1_000_000),
+       "a whole number of characters from 100",
+       "As `MEMSVC_LOCAL_WINDOW_TOKENS`, in characters, for an OpenAI-compatible endpoint "
+       "(whose tokens memsvc cannot count).", "Embeddings"),
     _S("EMBEDDING_TIMEOUT", 10.0, _positive_number, "a positive number of seconds",
        "Seconds per attempt.", "Embeddings", shown_default="10"),
     _S("EMBEDDING_MAX_RETRIES", 2, non_negative_int, "a whole number",
@@ -247,6 +248,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
        "Per worker: embeddings of recent search queries kept, least recently used dropped "
        "first; agents often ask the same question again (0: off).", "Search"),
+    _S("MAINTENANCE_SECONDS", 30, _int_range(1, 3600), "a whole number of seconds from 1 to 3600",
+       "How often each worker removes expired memories for good and drops cached vectors of "
+       "users whose memories changed.", "Storage"),
     # Serving
     _S("BIND", "127.0.0.1:8000", _address, "host:port or unix:/path",
        "Address gunicorn listens on.", "Serving"),

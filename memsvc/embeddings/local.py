@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import InputTooLong
-from .windows import token_windows
+from .windows import windows
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class LocalEmbedder:
         *,
         backend: str = "auto",
         cache_dir: str | os.PathLike[str] | None = None,
-        window_tokens: int = 128,
+        window_tokens: int = 48,
     ):
         if backend not in BACKENDS:
             raise ConfigError(f"the local embedding backend must be one of {BACKENDS}")
@@ -121,16 +121,23 @@ class LocalEmbedder:
         return int(self.encoder.max_tokens)
 
     def windows(self, text: str) -> list[str]:
-        """``text`` whole if the model takes it, else overlapping windows of its tokens."""
+        """What to embed for ``text``: itself if short, else windows of its sentences.
+
+        A text of at most ``window_tokens`` tokens is one window. A longer
+        one is cut into windows of about a sentence or two (see
+        :func:`.windows.windows`), plus the whole text when the model takes
+        it all, so that a memory matches a question about any one of its
+        sentences and still one about the whole.
+        """
         limit = self.max_tokens - 2  # [CLS] and [SEP]
-        if len(text) <= limit:
+        size = min(self.window_tokens, limit)
+        if len(text) <= size:
             return [text]  # a token is at least one character
         encoding = self.encoder.tokenizer.encode(text, add_special_tokens=False)
-        if len(encoding.ids) <= limit:
+        if len(encoding.ids) <= size:
             return [text]
-        return token_windows(
-            text, encoding.offsets, encoding.word_ids, min(self.window_tokens, limit)
-        )
+        parts = windows(text, encoding.offsets, size)
+        return [text, *parts] if len(encoding.ids) <= limit else parts
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         from .bert import TooManyTokens

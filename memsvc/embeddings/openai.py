@@ -85,7 +85,7 @@ class OpenAIEmbedder:
         timeout: float = 10.0,
         max_retries: int = 2,
         max_concurrency: int = 3,
-        window_chars: int = 2000,
+        window_chars: int = 400,
     ):
         self.endpoint = url.rstrip("/") + "/embeddings"
         self.model = model
@@ -135,8 +135,15 @@ class OpenAIEmbedder:
         pass  # nothing to load; connections open on first use
 
     def windows(self, text: str) -> list[str]:
-        """Overlapping windows of at most ``window_chars`` characters (tokens are not known)."""
-        return char_windows(text, self.window_chars)
+        """What to embed for ``text``: itself if short, else windows of its sentences.
+
+        By characters (``window_chars``), since the provider's tokens are not
+        known here; the whole text too while it is within four windows' length.
+        """
+        parts = char_windows(text, self.window_chars)
+        if len(parts) > 1 and len(text) <= 4 * self.window_chars:
+            return [text, *parts]
+        return parts
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         probe = self._admit()

@@ -15,6 +15,8 @@ window is halved and tried again.
 
 from __future__ import annotations
 
+import bisect
+import re
 import typing as t
 
 import numpy as np
@@ -72,8 +74,10 @@ def _embed_splitting(embedder: Embedder, window: str, depth: int) -> np.ndarray:
 def _split_point(text: str) -> int:
     """Near the middle, at a space if there is one close by."""
     middle = len(text) // 2
-    space = text.rfind(" ", middle // 2, middle + middle // 2)
-    return space if space > 0 else middle
+    before = text.rfind(" ", middle // 2, middle + 1)
+    after = text.find(" ", middle, middle + middle // 2)
+    near = [i for i in (before, after) if i > 0]
+    return min(near, key=lambda i: abs(i - middle)) if near else middle
 
 
 def query_vector(embedder: Embedder, text: str) -> np.ndarray:
@@ -85,54 +89,81 @@ def query_vector(embedder: Embedder, text: str) -> np.ndarray:
     return (mean / np.linalg.norm(mean)).astype(np.float32)
 
 
-def char_windows(text: str, size: int) -> list[str]:
-    """Windows of at most ``size`` characters overlapping by a quarter, cut at spaces."""
-    if len(text) <= size:
-        return [text]
-    step = size - size // 4
-    out = []
-    start = 0
-    while True:
-        end = min(start + size, len(text))
-        if end < len(text):
-            space = text.rfind(" ", start + step, end)
-            if space > start:
-                end = space
-        out.append(text[start:end])
-        if end >= len(text):
-            return out
-        next_start = max(start + 1, end - size // 4)
-        space = text.find(" ", next_start, end)
-        start = space + 1 if space != -1 else next_start
+# A sentence ends at ., !, ? (or their full-width forms) before a space, or at a line break.
+_SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s+|\n\s*")
 
 
-def token_windows(
-    text: str, offsets: t.Sequence[tuple[int, int]], words: t.Sequence[int | None], size: int
-) -> list[str]:
-    """Windows of at most ``size`` tokens overlapping by a quarter, starting and ending on words.
+def windows(text: str, units: t.Sequence[tuple[int, int]], size: int) -> list[str]:
+    """Overlapping windows of ``text`` of at most ``size`` units, whole sentences where they fit.
 
-    ``offsets`` and ``words`` are the tokenizer's character spans and word
-    indices of the text's tokens (no special tokens).
+    ``units`` are the character spans of the text's units, in order: the
+    model's tokens, or single characters when a model's tokens are not
+    known. Consecutive sentences are packed into a window up to ``size``
+    units and the next window repeats the last sentence, so each sentence is
+    close to the whole of some window (a fact is not drowned in its
+    neighbours); a sentence longer than a window is cut into windows of its
+    own that overlap by a quarter, at word boundaries where it can.
     """
-    n = len(offsets)
-    if n <= size:
+    if len(units) <= size:
         return [text]
+    starts = [u[0] for u in units]
+    pieces: list[tuple[int, int]] = []  # unit ranges
+    begin = 0
+    for match in [*_SENTENCE_END.finditer(text), None]:
+        end_char = match.start() if match else len(text)
+        first = bisect.bisect_left(starts, begin)
+        last = bisect.bisect_left(starts, end_char)
+        if last > first:
+            pieces += _cut(text, units, first, last, size)
+        if match:
+            begin = match.end()
+    out = []
+    i = 0
+    while i < len(pieces):
+        j = i + 1
+        while j < len(pieces) and pieces[j][1] - pieces[i][0] <= size:
+            j += 1
+        out.append(text[units[pieces[i][0]][0] : units[pieces[j - 1][1] - 1][1]])
+        if j == len(pieces):
+            break
+        i = j - 1 if j - 1 > i else j  # the next window starts with this one's last sentence
+    return out
+
+
+def _cut(
+    text: str, units: t.Sequence[tuple[int, int]], first: int, last: int, size: int
+) -> list[tuple[int, int]]:
+    """Units ``first .. last`` as pieces of at most ``size``, overlapping by a quarter."""
+    if last - first <= size:
+        return [(first, last)]
 
     def word_start(i: int) -> bool:
-        return i == 0 or i >= n or words[i] is None or words[i] != words[i - 1]
+        at = units[i][0]
+        return at == 0 or text[at - 1].isspace()
 
     out = []
-    start = 0
+    start = first
     while True:
-        end = min(start + size, n)
-        back = end
-        while end < n and not word_start(back) and back > start + size // 2:
-            back -= 1
-        if end < n and word_start(back):
-            end = back
-        out.append(text[offsets[start][0] : offsets[end - 1][1]])
-        if end >= n:
+        end = min(start + size, last)
+        if end < last:
+            back = end
+            while back > start + size // 2 and not word_start(back):
+                back -= 1
+            if word_start(back):
+                end = back
+        out.append((start, end))
+        if end >= last:
             return out
         start = max(start + 1, end - size // 4)
-        while not word_start(start) and start < end:
-            start += 1
+        ahead = start
+        while ahead < end and not word_start(ahead):
+            ahead += 1
+        if ahead < end:  # a word starts in the overlap: begin there
+            start = ahead
+
+
+def char_windows(text: str, size: int) -> list[str]:
+    """:func:`windows` by characters, for a model whose tokens memsvc cannot count."""
+    if len(text) <= size:
+        return [text]
+    return windows(text, [(i, i + 1) for i in range(len(text))], size)

@@ -88,10 +88,12 @@ def on_starting(server: t.Any) -> None:
 
 
 def post_worker_init(worker: t.Any) -> None:
-    # Load the embedding model now rather than on the first request.
     runtime = getattr(worker.wsgi, "extensions", {}).get("memsvc")
     if runtime is not None:
+        # Load the embedding model now rather than on the first request.
         runtime.embedder.warm_up()
+        # Threads do not survive gunicorn's fork: each worker starts its own.
+        runtime.start_maintenance()
 
 
 try:

@@ -180,6 +180,22 @@ class Store:
     def check_embedder(self, embedder_id: str, dimensions: int) -> None:
         schema.check_embedder(self.conn, embedder_id, dimensions)
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and empty it.
+
+        With ``secure_delete`` on, bytes of deleted rows are then gone from
+        both files. Waits for readers (at most the busy timeout); readers in
+        memsvc take milliseconds.
+        """
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+    def erasures(self) -> int:
+        """A number that grows whenever a memory is deleted or replaced, in any process."""
+        (total,) = self.conn.execute(
+            "SELECT coalesce(sum(deletes) + sum(generation), 0) FROM memory_users"
+        ).fetchone()
+        return int(total)
+
     def ping(self) -> None:
         """Read from the database; raises if it cannot be read."""
         # An open connection keeps reading a file that was deleted or
@@ -310,7 +326,7 @@ class Store:
             "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?",
             (new_first, len(vectors), seq),
         )
-        self.conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
+        self._unindex([(seq, fts_scope(*key), previous.content)])
         self.conn.execute(
             "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
             (seq, fts_scope(*key), updated.content),
@@ -319,6 +335,13 @@ class Store:
             "UPDATE memory_users SET deletes = deletes + 1, max_vid = max(max_vid, ?) "
             "WHERE tenant = ? AND user_id = ?",
             (new_first + len(vectors) - 1, *key),
+        )
+
+    def _unindex(self, rows: t.Iterable[tuple[int, str, str]]) -> None:
+        """Remove ``(seq, scope, content)`` from the keyword index, every trace of them."""
+        self.conn.executemany(
+            "INSERT INTO memory_fts (memory_fts, rowid, scope, content) VALUES ('delete', ?, ?, ?)",
+            rows,
         )
 
     def _delete_vectors(self, first_vid: int, windows: int) -> None:
@@ -331,14 +354,14 @@ class Store:
         """Delete a memory, its vectors, history and keyword index rows; False if none."""
         row = self.conn.execute(
             "DELETE FROM memories WHERE id = ? AND tenant = ? "
-            "RETURNING seq, user_id, first_vid, windows",
+            "RETURNING seq, user_id, first_vid, windows, content",
             (memory_id, tenant),
         ).fetchone()
         if row is None:
             return False
-        seq, user_id, first_vid, windows = row
+        seq, user_id, first_vid, windows, content = row
         self._delete_vectors(first_vid, windows)
-        self.conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (seq,))
+        self._unindex([(seq, fts_scope(tenant, user_id), content)])
         self.conn.execute(
             "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 "
             "WHERE tenant = ? AND user_id = ?",
@@ -350,16 +373,17 @@ class Store:
         """Delete every memory of one end user of one tenant; returns how many."""
         rows = self.conn.execute(
             "DELETE FROM memories WHERE tenant = ? AND user_id = ? "
-            "RETURNING seq, first_vid, windows",
+            "RETURNING seq, first_vid, windows, content",
             (tenant, user_id),
         ).fetchall()
         if not rows:
             return 0
         self.conn.executemany(
             "DELETE FROM memory_vectors WHERE rowid = ?",
-            [(vid,) for _, first, w in rows for vid in range(first, first + w)],
+            [(vid,) for _, first, w, _ in rows for vid in range(first, first + w)],
         )
-        self.conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", [(r[0],) for r in rows])
+        scope = fts_scope(tenant, user_id)
+        self._unindex((seq, scope, content) for seq, _, _, content in rows)
         # The row stays, counters only grow: a cache must see the change.
         self.conn.execute(
             "UPDATE memory_users SET count = 0, deletes = deletes + 1, "

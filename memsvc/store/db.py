@@ -89,6 +89,12 @@ def connect(
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         conn.execute(f"PRAGMA mmap_size = {int(mmap_mb) * 1024 * 1024}")
+        # Deleted content is overwritten, not left in free pages: erasure
+        # leaves nothing behind in the file.
+        conn.execute("PRAGMA secure_delete = ON")
+        # After a checkpoint the WAL is cut back to nothing, so the old
+        # versions of overwritten pages do not linger in it either.
+        conn.execute("PRAGMA journal_size_limit = 0")
     except Exception:
         conn.close()
         raise

@@ -198,11 +198,12 @@ _MIGRATIONS: dict[int, list[Step]] = {
         "ALTER TABLE memory_users RENAME COLUMN max_seq TO max_vid",
         "ALTER TABLE memory_users ADD COLUMN updates INTEGER NOT NULL DEFAULT 0",
         # Keyword search: the index only (the text stays in memories),
-        # rows deleted for good (secure-delete), scoped to one user by a
-        # token of its own in the scope column.
+        # scoped to one user by a token of its own in the scope column. Rows
+        # are deleted with FTS5's 'delete' command and the text they were
+        # indexed with, which secure-delete turns into removing every trace
+        # from the index (contentless_delete=1 would only mark them deleted).
         """CREATE VIRTUAL TABLE memory_fts USING fts5(
-            scope, content, content='', contentless_delete=1,
-            tokenize='unicode61 remove_diacritics 2'
+            scope, content, content='', tokenize='unicode61 remove_diacritics 2'
         )""",
         "INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)",
         _index_existing_text,

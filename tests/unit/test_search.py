@@ -1,5 +1,6 @@
 """memsvc.search: the cached path returns exactly what the uncached path and brute force do."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from memsvc import clock
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import filters
 from memsvc.search import nearest
 from memsvc.search.exact import exact_similarity
 from memsvc.store import Store
@@ -49,43 +51,54 @@ def add(store, vectors, user="u", tenant="t", created=None):
     return memories
 
 
-def brute_force(store, user, query, k, threshold, tenant="t"):
-    """float64 over every stored vector, through vec0's own point lookups."""
+def brute_force(store, user, query, k, threshold, tenant="t", scope=None):
+    """float64 over every stored vector, through vec0's own point lookups.
+
+    A memory scores as its best window; the scope is applied memory by memory.
+    """
     rows = store.conn.execute(
-        "SELECT m.seq, m.created_at, m.id FROM memories m WHERE tenant = ? AND user_id = ?",
+        "SELECT m.seq, m.created_at, m.id, m.first_vid, m.windows, m.metadata, m.expires_at "
+        "FROM memories m WHERE tenant = ? AND user_id = ?",
         (tenant, user),
     ).fetchall()
-    if not rows:
-        return []
-    vectors = np.array(
-        [
-            np.frombuffer(
-                store.conn.execute(
-                    "SELECT embedding FROM memory_vectors WHERE rowid = ?", (seq,)
-                ).fetchone()[0],
-                dtype=np.float32,
-            )
-            for seq, _, _ in rows
-        ]
-    )
-    sims = exact_similarity(vectors, query)
-    order = sorted(range(len(rows)), key=lambda i: (-sims[i], -rows[i][1], -rows[i][0]))
-    return [(rows[i][2], sims[i]) for i in order if sims[i] >= threshold][:k]
+    scored = []
+    for seq, created, memory_id, first_vid, windows, metadata, expires_at in rows:
+        if scope is not None:
+            if expires_at is not None and expires_at <= scope.now:
+                continue
+            if scope.filter and not scope.filter.matches(json.loads(metadata)):
+                continue
+        vectors = np.array(
+            [
+                np.frombuffer(
+                    store.conn.execute(
+                        "SELECT embedding FROM memory_vectors WHERE rowid = ?", (vid,)
+                    ).fetchone()[0],
+                    dtype=np.float32,
+                )
+                for vid in range(first_vid, first_vid + windows)
+            ]
+        )
+        best = float(exact_similarity(vectors, query).max())
+        scored.append((-best, -created, -seq, memory_id, best))
+    scored.sort()
+    return [(memory_id, best) for *_, memory_id, best in scored if best >= threshold][:k]
 
 
 def ids(results):
     return [m.id for m, _ in results]
 
 
-def search(store, cache, user, query, k, threshold, tenant="t"):
-    found = nearest(store, cache, tenant, user, query, k, threshold, Scope(clock.now_ms()))
+def search(store, cache, user, query, k, threshold, tenant="t", scope=None):
+    scope = scope or Scope(clock.now_ms())
+    found = nearest(store, cache, tenant, user, query, k, threshold, scope)
     return [(r.memory, r.similarity) for r in found]
 
 
-def check_all_paths(store, cache, user, query, k, threshold):
-    expected = brute_force(store, user, query, k, threshold)
-    uncached = search(store, None, user, query, k, threshold)
-    cached = search(store, cache, user, query, k, threshold)
+def check_all_paths(store, cache, user, query, k, threshold, scope=None):
+    expected = brute_force(store, user, query, k, threshold, scope=scope)
+    uncached = search(store, None, user, query, k, threshold, scope=scope)
+    cached = search(store, cache, user, query, k, threshold, scope=scope)
     assert ids(uncached) == [i for i, _ in expected]
     assert ids(cached) == [i for i, _ in expected]
     for (_, a), (_, b), (_, c) in zip(uncached, cached, expected, strict=True):
@@ -267,3 +280,72 @@ def test_searches_while_another_thread_writes_stay_exact(db):
     for th in threads:
         th.join(120)
     assert errors == []
+
+
+def add_windowed(store, rng, centroids, n, user="u"):
+    """Memories of 1 to 6 windows each, with metadata a filter can test."""
+    memories, vectors = [], []
+    for i in range(n):
+        windows = int(rng.integers(1, 7))
+        memories.append(
+            Memory(
+                str(uuid.uuid4()), "t", user, f"m{i}",
+                {"n": int(i % 7), "kind": ["a", "b", "c"][i % 3], "tags": [f"t{i % 4}"]},
+                1000 + i, 1000 + i,
+            )
+        )  # fmt: skip
+        vectors.append(clustered(rng, windows, centroids))
+    with store.write():
+        store.insert_memories(memories, vectors)
+    return memories
+
+
+FILTERS = [
+    None,
+    {"kind": "b"},
+    {"n": {"gte": 5}},
+    {"kind": {"in": ["a", "c"]}, "n": {"ne": 3}},
+    {"tags": {"contains": "t1"}},
+    {"n": 6, "kind": "a"},  # rare: the uncached path widens to the whole user
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=lambda f: json.dumps(f))
+@pytest.mark.parametrize("k, threshold", [(1, 0), (10, 0), (10, 0.3)])
+def test_long_memories_and_filters_agree_on_every_path(db, flt, k, threshold):
+    _, store = db
+    rng = np.random.default_rng(k + len(json.dumps(flt)))
+    centroids = rng.standard_normal((5, DIMS))
+    add_windowed(store, rng, centroids, 300)
+    scope = Scope(clock.now_ms(), filters.parse(flt) if flt else None)
+    cache = SearchCache(64 * 2**20, DIMS)
+    for _ in range(8):
+        query = clustered(rng, 1, centroids)[0]
+        check_all_paths(store, cache, "u", query, k, threshold, scope)
+    # Filtered, a search still returns the k best of those that match.
+    found = search(store, cache, "u", query, k, 0, scope=scope)
+    matching = sum(
+        1
+        for (meta,) in store.conn.execute("SELECT metadata FROM memories")
+        if scope.filter is None or scope.filter.matches(json.loads(meta))
+    )
+    assert len(found) == min(k, matching)
+
+
+def test_a_memory_scores_as_its_best_window(db):
+    _, store = db
+    rng = np.random.default_rng(3)
+    target = rng.standard_normal(DIMS).astype(np.float32)
+    noise = rng.standard_normal((5, DIMS)).astype(np.float32)
+    long_memory = Memory(str(uuid.uuid4()), "t", "u", "long", {}, 1, 1)
+    short = Memory(str(uuid.uuid4()), "t", "u", "short", {}, 2, 2)
+    with store.write():
+        store.insert_memories(
+            [long_memory, short],
+            [np.vstack([noise[:4], target[None, :]]), (target + noise[4] * 0.5)[None, :]],
+        )
+    cache = SearchCache(2**20, DIMS)
+    for c in (None, cache):
+        [(first, sim), (second, _)] = search(store, c, "u", target, 2, 0)
+        assert first.id == long_memory.id and sim == pytest.approx(1.0)
+        assert second.id == short.id

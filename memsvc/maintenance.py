@@ -1,0 +1,59 @@
+"""A worker's housekeeping thread: expired memories removed, stale cached vectors dropped.
+
+Expired memories are invisible from the moment they expire; every
+``MAINTENANCE_SECONDS`` each worker deletes those whose time is up (with
+their vectors, history and index rows, as a delete does); if anything was
+deleted since its last round (by anyone), it checkpoints the database so
+the deleted bytes are overwritten in the file and gone from the WAL too;
+and it drops from its search cache the users whose memories changed, so
+vectors of erased memories do not stay in memory. Several workers doing it at once is
+harmless: each deletion is a transaction, and a memory deleted by one is
+simply not found by the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import typing as t
+
+from .services import memories
+
+if t.TYPE_CHECKING:
+    from .runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class Maintenance(threading.Thread):
+    def __init__(self, runtime: Runtime, interval: float):
+        super().__init__(name="memsvc-maintenance", daemon=True)
+        self.runtime = runtime
+        self.interval = interval
+        self.stopping = threading.Event()
+        self._erasures = -1
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                self.once()
+            except Exception:
+                # Never let housekeeping take a worker down; try again later.
+                log.exception("maintenance failed")
+
+    def once(self) -> int:
+        """One round; returns how many expired memories were removed."""
+        store = self.runtime.store()
+        removed = memories.purge_expired(store)
+        if removed:
+            log.info("removed %d expired memories", removed)
+        erasures = store.erasures()
+        if erasures != self._erasures:
+            store.checkpoint()
+            self._erasures = erasures
+        if self.runtime.search_cache is not None:
+            self.runtime.search_cache.prune(store)
+        return removed
+
+    def stop(self) -> None:
+        self.stopping.set()

@@ -1,0 +1,84 @@
+"""Erasure really erases: after delete or deleteAll the text is in no answer, no cache
+and no byte of the database file or its WAL."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from memsvc.api.context import runtime
+from memsvc.maintenance import Maintenance
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
+
+# Lower case: the keyword index stores words folded to lower case.
+MARKER = "zqxerasemarker7734"
+META_MARKER = "metamarker5521vq"
+
+
+def on_disk(db_path: str) -> bytes:
+    out = b""
+    for suffix in ("", "-wal"):
+        path = pathlib.Path(db_path + suffix)
+        if path.exists():
+            out += path.read_bytes()
+    return out
+
+
+def checkpoint(app) -> None:
+    """What each worker's maintenance round does after an erasure."""
+    with app.app_context():
+        Maintenance(runtime(), 60).once()
+
+
+@pytest.mark.parametrize("how", ["delete", "deleteAll"])
+def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db_path, how):
+    keep = data(mutate(client, "memory.add", {"userId": "u", "content": "keep me"}, headers=auth))
+    m = data(
+        mutate(
+            client,
+            "memory.add",
+            {
+                "userId": "victim",
+                "content": f"My locker code is {MARKER} do not share",
+                "metadata": {"note": META_MARKER},
+            },
+            headers=auth,
+        )
+    )
+    # An update: the marker now lives in the memory's history too.
+    mutate(client, "memory.update", {"id": m["id"], "content": "nothing to see"}, headers=auth)
+    query(client, "memory.search", {"userId": "victim", "query": "locker"}, headers=auth)
+    checkpoint(app)
+    before = on_disk(db_path)
+    assert MARKER.encode() in before and META_MARKER.encode() in before  # the test can fail
+
+    if how == "delete":
+        data(mutate(client, "memory.delete", {"id": m["id"]}, headers=auth))
+    else:
+        done = data(mutate(client, "memory.deleteAll", {"userId": "victim"}, headers=auth))
+        assert done == {"success": True, "deleted": 1}
+    checkpoint(app)
+
+    after = on_disk(db_path)
+    assert MARKER.encode() not in after and META_MARKER.encode() not in after
+    for proc, body in (("memory.getById", {"id": m["id"]}), ("memory.history", {"id": m["id"]})):
+        assert_error(query(client, proc, body, headers=auth), 404, "NOT_FOUND", proc)
+    for mode_query in ("locker", MARKER):
+        found = data(
+            query(
+                client,
+                "memory.search",
+                {"userId": "victim", "query": mode_query, "threshold": 0},
+                headers=auth,
+            )
+        )
+        assert found == []
+    with app.app_context():
+        cache = runtime().search_cache
+        assert ("tenant-A", "victim") not in cache._entries
+        assert runtime().store().keyword("tenant-A", "victim", f'"{MARKER}"', 10) == []
+    assert data(query(client, "memory.getById", {"id": keep["id"]}, headers=auth)) == keep
