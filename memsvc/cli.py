@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import time
 import typing as t
 
@@ -27,6 +28,7 @@ from .runtime import DatabaseInUse
 from .runtime import Runtime
 from .services import keys as key_service
 from .services import maintenance
+from .services import transfer
 from .store import SCHEMA_VERSION
 from .store import Store
 from .text import InvalidText
@@ -89,6 +91,51 @@ def _text_argument(name: str, value: str, max_chars: int) -> str:
 
 def _plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
+class Progress:
+    """A one-line progress bar on stderr, with rate and time left; silent unless a terminal."""
+
+    def __init__(self, label: str, stream: t.TextIO | None = None):
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty()
+        self.started = time.monotonic()
+        self.shown = 0.0
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done = done
+        now = time.monotonic()
+        if not self.enabled or (now - self.shown < 0.1 and done < total):
+            return
+        self.shown = now
+        elapsed = max(now - self.started, 1e-6)
+        rate = done / elapsed
+        left = (total - done) / rate if rate > 0 else 0.0
+        width = 24
+        filled = int(width * done / total) if total else width
+        bar = "#" * filled + "-" * (width - filled)
+        self.stream.write(
+            f"\r{self.label} [{bar}] {done:,}/{total:,}  {rate:,.0f}/s  ETA {_duration(left)} "
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 @click.group(help="memsvc: long-term memory for AI applications.")
@@ -224,12 +271,12 @@ def reembed(ctx: Context, batch_size: int) -> None:
         f"the database has vectors from {before[0]} ({before[1]} dimensions).",
         err=True,
     )
+    total = store.count_memories(None, None, 0)
+    bar = Progress("re-embedding")
     done = maintenance.reembed(
-        store,
-        rt.embedder,
-        batch_size=batch_size,
-        progress=lambda n: click.echo(f"  {_plural(n, 'memory', 'memories')} embedded", err=True),
+        store, rt.embedder, batch_size=batch_size, progress=lambda n: bar(n, total)
     )
+    bar.close()
     click.echo(
         f"Done: {_plural(done, 'memory', 'memories')} now use {rt.embedder.model_id}.", err=True
     )
@@ -260,6 +307,77 @@ def backup(ctx: Context, path: str, force: bool) -> None:
         f"{_plural(counts['api_keys'], 'API key')} to {path} "
         f"({counts['bytes'] / 1e6:.1f} MB, {time.monotonic() - started:.1f} s); "
         "integrity check ok."
+    )
+
+
+@cli.command("export")
+@click.argument("path", type=click.Path(dir_okay=False, allow_dash=True), default="-")
+@click.option("--tenant", default=None, help="Only this tenant's memories.")
+@click.option("--user", "user_id", default=None, help="Only this end user's memories.")
+@pass_context
+def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | None) -> None:
+    """Write memories, with their history and vectors, to PATH as JSON Lines (- for stdout).
+
+    A consistent snapshot, taken while the service runs. `memsvc import`
+    reads it back, here or into another database.
+    """
+    store = ctx.store()
+    bar = Progress("exporting")
+    if path == "-":
+        n = transfer.export(store, sys.stdout, tenant=tenant, user_id=user_id, progress=bar)
+    else:
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise click.ClickException(f"export failed: the folder {folder} does not exist")
+        tmp = f"{path}.partial"
+        # Private: the file holds every memory it exports.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            n = transfer.export(store, out, tenant=tenant, user_id=user_id, progress=bar)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    bar.close()
+    click.echo(f"Exported {_plural(n, 'memory', 'memories')}.", err=True)
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
+@pass_context
+def import_command(ctx: Context, path: str, batch_size: int) -> None:
+    """Import memories from a file `memsvc export` wrote.
+
+    The whole file is checked first: a malformed line is reported with its
+    number and nothing is imported. Memories whose id the database already
+    has are skipped, so running it again after an interruption carries on.
+    Text is embedded again when the file's vectors come from another model.
+    """
+    rt = ctx.runtime()
+    try:
+        with open(path, encoding="utf-8") as f:
+            header, total = transfer.check(f)
+    except (transfer.InvalidImport, UnicodeDecodeError) as e:
+        raise click.ClickException(f"{path}: {e}; nothing was imported") from None
+    bar = Progress("importing")
+    with open(path, encoding="utf-8") as f:
+        result = transfer.import_(
+            rt.store(), rt.embedder, f, header=header, total=total, batch_size=batch_size,
+            progress=bar,
+        )  # fmt: skip
+    bar.close()
+    notes = []
+    if result.existing:
+        notes.append(f"{_plural(result.existing, 'memory', 'memories')} already there")
+    if result.expired:
+        notes.append(f"{result.expired:,} expired")
+    if result.reembedded:
+        notes.append(f"embedded again with {rt.embedder.model_id}")
+    click.echo(
+        f"Imported {_plural(result.imported, 'memory', 'memories')}"
+        + (f" ({'; '.join(notes)})" if notes else "")
+        + ".",
+        err=True,
     )
 
 

@@ -218,7 +218,7 @@ class Store:
 
     def insert_memories(
         self, memories: t.Sequence[Memory], vectors: t.Sequence[np.ndarray] | np.ndarray
-    ) -> None:
+    ) -> list[int]:
         """Insert memories with their vectors and keyword index rows.
 
         ``vectors[i]`` holds memory ``i``'s windows, one row each; a 2-D
@@ -227,7 +227,7 @@ class Store:
         inserts fastest.
         """
         if len(memories) == 0:
-            return
+            return []
         if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
             vectors = [row[None, :] for row in vectors]
         windows = [len(v) for v in vectors]
@@ -280,6 +280,15 @@ class Store:
             "generation) VALUES (?, ?, ?, ?, 0, 0, 0) ON CONFLICT (tenant, user_id) DO UPDATE "
             "SET count = count + excluded.count, max_vid = max(max_vid, excluded.max_vid)",
             [(tenant, user, len(v), max(v)) for (tenant, user), v in users.items()],
+        )
+        return list(seqs)
+
+    def insert_versions(self, seq: int, versions: t.Sequence[Version]) -> None:
+        """Earlier versions of the memory ``seq`` (an import carries them over)."""
+        self.conn.executemany(
+            "INSERT INTO memory_history (memory_seq, version, content, metadata, at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(seq, v.version, v.content, compact_json(v.metadata), v.at) for v in versions],
         )
 
     def update_memory(
@@ -459,6 +468,46 @@ class Store:
         )
         for row in cursor:
             yield row[0], _memory(row[1:])
+
+    def _where_owner(self, tenant: str | None, user_id: str | None) -> tuple[str, list[t.Any]]:
+        where, params = [], []
+        if tenant is not None:
+            where.append("tenant = ?")
+            params.append(tenant)
+        if user_id is not None:
+            where.append("user_id = ?")
+            params.append(user_id)
+        return " AND ".join(where) or "1", params
+
+    def count_memories(self, tenant: str | None, user_id: str | None, now: int) -> int:
+        where, params = self._where_owner(tenant, user_id)
+        (n,) = self.conn.execute(
+            f"SELECT count(*) FROM memories WHERE {where} AND {_VISIBLE}", (*params, now)
+        ).fetchone()
+        return int(n)
+
+    def all_memories(
+        self, tenant: str | None, user_id: str | None, now: int
+    ) -> t.Iterator[tuple[int, Memory, int, int]]:
+        """Visible memories (of a tenant, of a user), oldest first, with seq and vector ids."""
+        where, params = self._where_owner(tenant, user_id)
+        cursor = self.conn.execute(
+            f"SELECT seq, {_MEMORY_COLUMNS}, first_vid, windows FROM memories "
+            f"WHERE {where} AND {_VISIBLE} ORDER BY seq",
+            (*params, now),
+        )
+        for row in cursor:
+            yield row[0], _memory(row[1:10]), row[10], row[11]
+
+    def existing_ids(self, ids: t.Sequence[str]) -> set[str]:
+        """Which of these memory ids exist, in any tenant."""
+        found: set[str] = set()
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+            rows = self.conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", chunk)
+            found.update(row[0] for row in rows)
+        return found
 
     def versions(self, seq: int) -> list[Version]:
         """A memory's earlier versions, oldest first (the current one is in ``memories``)."""

@@ -1,0 +1,196 @@
+"""memsvc export and memsvc import: a round trip gives the same answers, byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+
+from memsvc import clock
+from memsvc.api.context import store
+from memsvc.services import keys
+from tests.support.helpers import data
+from tests.support.helpers import mutate
+from tests.support.helpers import query
+from tests.support.servers import REPO
+
+LONG = " ".join(f"On day {i} we visited museum number {i} in the rain." for i in range(60))
+
+
+def key_for(app, tenant: str) -> dict[str, str]:
+    with app.app_context():
+        return {"x-api-key": keys.create(store(), tenant, "k", "memsvc").secret}
+
+
+def fill(app) -> dict[str, dict[str, str]]:
+    client = app.test_client()
+    auth = {t: key_for(app, t) for t in ("acme", "globex")}
+    later = clock.iso(clock.now_ms() + 86_400_000)
+    for tenant in auth:
+        for user in ("alice", "bob"):
+            for i in range(4):
+                body = {
+                    "userId": user,
+                    "content": f"{tenant} {user} fact {i}: likes tea number {i}",
+                    "metadata": {"z": i, "a": [i, "x"], "nested": {"k": tenant}},
+                }
+                if i == 3:
+                    body["expiresAt"] = later
+                m = data(mutate(client, "memory.add", body, headers=auth[tenant]))
+            mutate(
+                client, "memory.update", {"id": m["id"], "content": "changed"}, headers=auth[tenant]
+            )
+    data(mutate(client, "memory.add", {"userId": "alice", "content": LONG}, headers=auth["acme"]))
+    return auth
+
+
+def answers(app, auth) -> list[bytes]:
+    client = app.test_client()
+    out = []
+    for headers in auth.values():
+        for user in ("alice", "bob"):
+            out.append(query(client, "memory.getAll", {"userId": user}, headers=headers).data)
+            for text in ("tea", "museum in the rain", "changed"):
+                body = {"userId": user, "query": text, "threshold": 0, "limit": 100}
+                out.append(query(client, "memory.search", body, headers=headers).data)
+            first = json.loads(out[-4])["result"]["data"][0]["id"]
+            out.append(query(client, "memory.history", {"id": first}, headers=headers).data)
+    return out
+
+
+def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same(
+    make_app, memsvc_cli, cli_context, tmp_path
+):
+    source = make_app()
+    auth = fill(source)
+    before = answers(source, auth)
+    path = tmp_path / "export.jsonl"
+    result = memsvc_cli("export", str(path))
+    assert result.exit_code == 0, result.output
+    assert "Exported 17 memories." in result.stderr
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    assert header["model"] == "local:all-MiniLM-L6-v2" and header["memories"] == 17
+    assert oct(path.stat().st_mode)[-3:] == "600"
+
+    fresh_db = str(tmp_path / "fresh.sqlite3")
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": fresh_db}
+    result = memsvc_cli("import", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == "Imported 17 memories."
+    target = make_app(DATABASE=fresh_db)
+    target_auth = {t: key_for(target, t) for t in auth}
+    assert answers(target, target_auth) == before
+
+    # Idempotent: a second run adds nothing.
+    again = memsvc_cli("import", str(path))
+    assert "Imported 0 memories (17 memories already there)." in again.stderr
+    assert answers(target, target_auth) == before
+
+
+def test_import_resumes_after_an_interruption(make_app, memsvc_cli, cli_context, tmp_path):
+    auth = fill(make_app())
+    path = tmp_path / "all.jsonl"
+    memsvc_cli("export", str(path))
+    lines = path.read_text().splitlines(keepends=True)
+    half = tmp_path / "half.jsonl"
+    half.write_text("".join(lines[:9]))  # as if the run stopped after 8 memories
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
+    assert "Imported 8 memories." in memsvc_cli("import", str(half)).stderr
+    assert (
+        "Imported 9 memories (8 memories already there)." in memsvc_cli("import", str(path)).stderr
+    )
+    target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
+    with target.app_context():
+        assert store().conn.execute("SELECT count(*) FROM memories").fetchone() == (17,)
+    assert auth
+
+
+def test_a_malformed_line_is_named_and_nothing_is_imported(
+    make_app, memsvc_cli, cli_context, tmp_path
+):
+    fill(make_app())
+    path = tmp_path / "export.jsonl"
+    memsvc_cli("export", str(path))
+    lines = path.read_text().splitlines(keepends=True)
+    broken = json.loads(lines[5])
+    broken["createdAt"] = "last tuesday"
+    lines[5] = json.dumps(broken) + "\n"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(lines))
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
+    result = memsvc_cli("import", str(bad))
+    assert result.exit_code == 1
+    assert "line 6: createdAt must be an ISO 8601 timestamp" in result.stderr
+    assert "nothing was imported" in result.stderr
+    for damage, message in (
+        ("{not json", "line 2: not JSON"),
+        ('{"id": "x"}', "line 2: tenant must be a non-empty string"),
+    ):
+        bad.write_text(lines[0] + damage + "\n")
+        assert message in memsvc_cli("import", str(bad)).stderr
+    bad.write_text('{"format": "something else"}\n')
+    assert "line 1: not a memsvc-export header" in memsvc_cli("import", str(bad)).stderr
+    target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
+    with target.app_context():
+        assert store().conn.execute("SELECT count(*) FROM memories").fetchone() == (0,)
+
+
+def test_vectors_of_another_model_are_embedded_again(make_app, memsvc_cli, cli_context, tmp_path):
+    auth = fill(make_app())
+    path = tmp_path / "export.jsonl"
+    memsvc_cli("export", str(path), "--tenant", "acme", "--user", "alice")
+    lines = path.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    assert (header["tenant"], header["userId"], header["memories"]) == ("acme", "alice", 5)
+    header["model"], header["dimensions"] = "openai:text-embedding-3-small", 1536
+    for i in range(1, len(lines)):
+        record = json.loads(lines[i])
+        record.pop("vectors")
+        lines[i] = json.dumps(record) + "\n"
+    path.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
+    result = memsvc_cli("import", str(path))
+    assert "Imported 5 memories (embedded again with local:all-MiniLM-L6-v2)." in result.stderr
+    target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
+    headers = key_for(target, "acme")
+    body = {"userId": "alice", "query": "acme alice fact 1: likes tea number 1", "threshold": 0}
+    found = data(query(target.test_client(), "memory.search", body, headers=headers))
+    assert found[0]["content"] == "acme alice fact 1: likes tea number 1"
+    assert found[0]["similarity"] > 0.99
+    assert auth
+
+
+def test_a_progress_bar_on_a_terminal_and_silence_in_a_pipe(make_app, tmp_path, db_path):
+    fill(make_app())
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSVC_")},
+        "MEMSVC_DATABASE": db_path,
+        "MEMSVC_MODEL_CACHE_DIR": os.environ["MEMSVC_MODEL_CACHE_DIR"],
+    }
+    command = [sys.executable, "-m", "memsvc.cli", "export", str(tmp_path / "x.jsonl")]
+    piped = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert piped.stderr.strip() == "Exported 17 memories."
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.run(
+            command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=secondary, timeout=120
+        )
+        os.close(secondary)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+    assert proc.returncode == 0
+    text = shown.decode()
+    assert "exporting [########################] 17/17" in text and "/s  ETA" in text
+    assert "Exported 17 memories." in text
