@@ -325,9 +325,13 @@ def _append(
     if not in_place:
         snap.matrix[n : n + rows] = vectors[:rows]
     snap.scale[n : n + rows] = _inverse_norms(snap.matrix[n : n + rows])
-    metadata = snap.metadata + [e.metadata for e in entries]
+    added = [e.metadata for e in entries]
     return dataclasses.replace(
-        snap, m=m + k, n=n + rows, metadata=metadata, columns=Columns(metadata)
+        snap,
+        m=m + k,
+        n=n + rows,
+        metadata=snap.metadata + added,
+        columns=snap.columns.extended(added),
     )
 
 
@@ -339,6 +343,7 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
     expires = snap.expires.copy()
     metadata = list(snap.metadata)
     matrix = snap.matrix
+    changed = False
     for i in range(m):
         entry = by_vid.get(int(snap.first_vid[i]))
         if entry is None:
@@ -349,9 +354,13 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
                 matrix[start : start + int(snap.windows[i])] = 0
             continue
         expires[i] = entry.expires_at or 0
-        metadata[i] = entry.metadata
+        if metadata[i] != entry.metadata:
+            metadata[i] = entry.metadata
+            changed = True
+    # Deletions alone leave every memory's metadata, and so the columns, as they were.
+    columns = Columns(metadata) if changed else snap.columns
     return dataclasses.replace(
-        snap, alive=alive, expires=expires, metadata=metadata, columns=Columns(metadata)
+        snap, alive=alive, expires=expires, metadata=metadata, columns=columns
     )
 
 

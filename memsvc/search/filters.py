@@ -263,6 +263,27 @@ class Column:
         self._numbers: np.ndarray | None = None
         self._times: np.ndarray | None = None
 
+    def extended(self, values: list[t.Any]) -> Column:
+        """This column with ``values`` after it; this one is left as it is (readers share it)."""
+        out = Column.__new__(Column)
+        out.values = self.values + values
+        code_of = dict(self._code_of)
+        out.kinds = np.concatenate(
+            [self.kinds, np.fromiter((kind(v) for v in values), dtype=np.int8, count=len(values))]
+        )
+        new_codes = np.fromiter(
+            (
+                code_of.setdefault(identity(v), len(code_of)) if v is not _MISSING else -1
+                for v in values
+            ),
+            dtype=np.int64,
+            count=len(values),
+        )
+        out.codes = np.concatenate([self.codes, new_codes])
+        out._code_of = code_of
+        out._numbers = out._times = None
+        return out
+
     def _codes(self, identities: t.Iterable[tuple[int, t.Any]]) -> np.ndarray:
         return np.array(
             [self._code_of[i] for i in identities if i in self._code_of], dtype=np.int64
@@ -321,6 +342,16 @@ class Columns:
         self._texts = metadata
         self._parsed: list[t.Any] | None = None
         self._columns: dict[tuple[str, ...], Column] = {}
+
+    def extended(self, metadata: t.Sequence[str]) -> Columns:
+        """Columns over these texts and ``metadata`` after them, reusing what is built."""
+        out = Columns([*self._texts, *metadata])
+        if self._parsed is not None:
+            added = [json.loads(text) for text in metadata]
+            out._parsed = self._parsed + added
+            for path, column in self._columns.items():
+                out._columns[path] = column.extended([lookup(m, path) for m in added])
+        return out
 
     def column(self, path: tuple[str, ...]) -> Column:
         found = self._columns.get(path)

@@ -387,10 +387,10 @@ class Store:
         ).fetchall()
         if not rows:
             return 0
-        self.conn.executemany(
-            "DELETE FROM memory_vectors WHERE rowid = ?",
-            [(vid,) for _, first, w, _ in rows for vid in range(first, first + w)],
-        )
+        erased = vec0.erase_partition(self.conn, tenant, user_id)
+        expected = sum(w for _, _, w, _ in rows)
+        if erased != expected:  # the vectors and the records disagree: touch nothing
+            raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
         scope = fts_scope(tenant, user_id)
         self._unindex((seq, scope, content) for seq, _, _, content in rows)
         # The row stays, counters only grow: a cache must see the change.

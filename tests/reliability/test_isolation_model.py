@@ -2,10 +2,11 @@
 
 Three tenants with the same three user names, several API keys each (some
 revoked along the way through ``keys.revoke`` with the tenant's JWT), and a
-random mix of every memory and key operation, through Flask's test client.
-After each step the answer must be exactly what a plain in-memory model
-says: no read, search, delete or key operation ever reaches across a tenant
-or a user, revoked keys get 401, another tenant's memory is a 404, another
+random mix of every memory and key operation (updates, history and
+erasing a user included), through Flask's test client. After each step the
+answer must be exactly what a plain in-memory model says: no read, search,
+update, delete, erasure or key operation ever reaches across a tenant or a
+user, revoked keys get 401, another tenant's memory is a 404, another
 tenant's key is a 401 for ``keys.revoke``.
 """
 
@@ -55,6 +56,8 @@ class Memory:
     user: str
     content: str
     live: bool = True
+    #: Earlier contents, oldest first.
+    versions: list[str] = dataclasses.field(default_factory=list)
 
 
 class IsolationMachine(RuleBasedStateMachine):
@@ -117,7 +120,8 @@ class IsolationMachine(RuleBasedStateMachine):
 
     def _memory_call(self, key: Key, path: str, input: t.Any, status: int) -> t.Any:
         """A memory call with ``key``: a revoked key is refused whatever the call."""
-        send = self._mutate if path in ("memory.add", "memory.delete") else self._query
+        mutations = ("memory.add", "memory.delete", "memory.update", "memory.deleteAll")
+        send = self._mutate if path in mutations else self._query
         resp = send(path, input, {"x-api-key": key.secret})
         if key.revoked:
             error = self._answer(resp, 401, path)
@@ -233,6 +237,51 @@ class IsolationMachine(RuleBasedStateMachine):
             assert done == {"success": True}
             memory.live = False
 
+    @precondition(lambda self: self.memories)
+    @rule(data=st.data(), words=WORDS.filter(str.strip))
+    def update(self, data, words):
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        memory = data.draw(st.sampled_from(self.memories), label="memory")
+        visible = memory.live and memory.tenant == key.tenant
+        self.added += 1
+        content = f"{words} ~{self.added}"
+        got = self._memory_call(
+            key, "memory.update", {"id": memory.id, "content": content}, 200 if visible else 404
+        )
+        if got is None or not visible:
+            return
+        assert (got["id"], got["idpUserId"], got["userId"], got["content"]) == (
+            memory.id,
+            memory.tenant,
+            memory.user,
+            content,
+        )
+        memory.versions.append(memory.content)
+        memory.content = content
+
+    @precondition(lambda self: self.memories)
+    @rule(data=st.data())
+    def history(self, data):
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        memory = data.draw(st.sampled_from(self.memories), label="memory")
+        visible = memory.live and memory.tenant == key.tenant
+        got = self._memory_call(key, "memory.history", {"id": memory.id}, 200 if visible else 404)
+        if got is not None and visible:
+            assert [v["content"] for v in got] == [*memory.versions, memory.content]
+            assert [v["version"] for v in got] == list(range(1, len(got) + 1))
+
+    @rule(data=st.data(), user=st.sampled_from(USERS))
+    def delete_all(self, data, user):
+        """Erase one end user of the key's tenant: the same name elsewhere is untouched."""
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        done = self._memory_call(key, "memory.deleteAll", {"userId": user}, 200)
+        if done is None:
+            return
+        erased = self._live(key.tenant, user)
+        assert done == {"success": True, "deleted": len(erased)}
+        for memory in erased:
+            memory.live = False
+
     @rule(data=st.data(), user=st.sampled_from(USERS), words=WORDS.filter(str.strip))
     def search(self, data, user, words):
         key = data.draw(st.sampled_from(self.keys), label="key")
@@ -306,11 +355,13 @@ class IsolationMachine(RuleBasedStateMachine):
     def storage_holds_exactly_the_models_memories_with_one_vector_each(self):
         with self.app.app_context():
             conn = runtime().db.connection()
-            rows = conn.execute("SELECT id, tenant, user_id FROM memories").fetchall()
+            rows = conn.execute("SELECT id, tenant, user_id, content FROM memories").fetchall()
             (vectors,) = conn.execute("SELECT count(*) FROM memory_vectors").fetchone()
-        live = {(m.id, m.tenant, m.user) for m in self.memories if m.live}
-        assert set(rows) == live
+            (versions,) = conn.execute("SELECT count(*) FROM memory_history").fetchone()
+        live = [m for m in self.memories if m.live]
+        assert set(rows) == {(m.id, m.tenant, m.user, m.content) for m in live}
         assert vectors == len(live)
+        assert versions == sum(len(m.versions) for m in live)
 
 
 SETTINGS = settings(

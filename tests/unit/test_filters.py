@@ -145,3 +145,18 @@ def test_the_cached_columns_answer_as_matches_does(docs, flt):
     columns = filters.Columns([json.dumps(d) for d in docs])
     assert list(parsed.mask(columns)) == expected
     figures.count("filter evaluations", len(docs), "memories checked against the plain filter")
+
+
+@settings(max_examples=150 * figures.SCALE, deadline=None)
+@given(
+    before=st.lists(metadata, min_size=1, max_size=6),
+    after=st.lists(metadata, max_size=4),
+    flt=filters_,
+)
+def test_columns_extended_with_new_memories_answer_as_built_afresh(before, after, flt):
+    parsed = filters.parse(flt)
+    columns = filters.Columns([json.dumps(d) for d in before])
+    parsed.mask(columns)  # built, then extended as the search cache does on new memories
+    grown = columns.extended([json.dumps(d) for d in after])
+    assert list(parsed.mask(grown)) == [parsed.matches(d) for d in before + after]
+    assert list(parsed.mask(columns)) == [parsed.matches(d) for d in before]

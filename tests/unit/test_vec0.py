@@ -1,5 +1,6 @@
 """memsvc.store.vec0 against sqlite-vec itself: the storage layout memsvc reads directly."""
 
+import pathlib
 import uuid
 
 import numpy as np
@@ -78,3 +79,42 @@ def test_many_users_each_get_their_own_chunks(store):
             store, None, "t", f"u{u}", rand(seed=u), 5, 0, search.Scope(clock.now_ms())
         )
         assert found.similarity == pytest.approx(1, abs=1e-6)
+
+
+def test_erasing_a_partition_leaves_vec0_as_if_its_vectors_were_deleted_one_by_one(store):
+    rng = np.random.default_rng(5)
+    doomed = add(store, rng.standard_normal((37, DIMS)).astype(np.float32), user="doomed")
+    kept = add(store, rng.standard_normal((13, DIMS)).astype(np.float32), user="kept")
+    marker = np.full(DIMS, 1234.5, dtype=np.float32)
+    with store.write():
+        store.insert_memories([memory("doomed")], marker[None, :])
+    doomed_vids = [e.first_vid for e in store.entries("t", "doomed")]
+    with store.write():
+        assert vec0.erase_partition(store.conn, "t", "doomed") == 38
+    # Nothing of the partition is left: not through KNN, lookups, or the chunk tables.
+    assert store.knn("t", "doomed", rand(), 10) == []
+    for vid in doomed_vids:
+        assert (
+            store.conn.execute(
+                "SELECT embedding FROM memory_vectors WHERE rowid = ?", (vid,)
+            ).fetchall()
+            == []
+        )
+    assert count(store, "memory_vectors_rowids") == 13
+    store.checkpoint()
+    assert (
+        marker.tobytes()
+        not in pathlib.Path(
+            store.conn.execute(
+                "SELECT file FROM pragma_database_list WHERE name = 'main'"
+            ).fetchone()[0]
+        ).read_bytes()
+    )
+    # The other partition is whole, and the erased one takes new vectors.
+    kept_vids = np.array([e.first_vid for e in store.entries("t", "kept")], dtype=np.int64)
+    assert len(vec0.read_vectors(store.conn, "t", "kept", kept_vids)) == 13
+    assert len(store.knn("t", "kept", rand(), 20)) == 13
+    add(store, [rand(seed=9)], user="doomed")
+    [(_, distance, _)] = store.knn("t", "doomed", rand(seed=9), 5)
+    assert distance == pytest.approx(0, abs=1e-6)
+    assert len(doomed) == 37 and len(kept) == 13
