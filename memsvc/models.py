@@ -54,7 +54,10 @@ def dedupe_key(content: str, metadata: dict[str, t.Any]) -> bytes:
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScoredMemory:
     memory: Memory
+    #: The cosine similarity to the query (a long memory's best window's).
     similarity: float
+    #: Which searches found it ("keyword", "semantic"), in keyword and hybrid modes.
+    matched_by: tuple[str, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

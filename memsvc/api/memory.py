@@ -48,6 +48,7 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         filter=params["filter"],
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
+        mode=params["mode"],
     )
 
 

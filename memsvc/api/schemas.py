@@ -27,6 +27,7 @@ from ..models import CreatedKey
 from ..models import Memory
 from ..models import ScoredMemory
 from ..models import Version
+from ..search import MODES
 from ..search import filters
 from ..search.filters import Filter
 from ..text import InvalidText
@@ -221,6 +222,11 @@ class _Scoped(Input):
 
 class SearchInput(_Scoped):
     query = Text("MAX_CONTENT_CHARS", required=True)
+    mode = fields.String(
+        load_default="semantic",
+        validate=validate.OneOf(MODES, error="must be one of semantic, keyword, hybrid"),
+        error_messages={**_MESSAGES, "invalid": "must be a string"},
+    )
     limit = WholeNumber(load_default=10, validate=_LIMIT_100)
     threshold = Number(load_default=lambda: _limit("SEARCH_DEFAULT_THRESHOLD"), validate=_FRACTION)
 
@@ -291,6 +297,8 @@ def search_results_out(results: t.Iterable[ScoredMemory]) -> list[dict[str, t.An
         item = memory_out(r.memory)
         # JSON.stringify writes 1, not 1.0; match it for whole numbers.
         item["similarity"] = int(r.similarity) if r.similarity.is_integer() else r.similarity
+        if r.matched_by is not None:
+            item["matchedBy"] = list(r.matched_by)
         out.append(item)
     return out
 

@@ -19,6 +19,11 @@
 The cached and uncached paths nominate candidates differently and rank them
 with the same arithmetic and the same filter semantics, so they return the
 same answer.
+
+:func:`search` adds the other modes: ``keyword`` (the full-text index,
+ranked by bm25) and ``hybrid`` (semantic and keyword candidates ordered by
+cosine raised by the keyword match's strength). In every mode a result's
+similarity is its exact cosine and the threshold a floor on it.
 """
 
 from __future__ import annotations
@@ -39,9 +44,14 @@ from .cache import Snapshot
 from .exact import candidates
 from .exact import rank
 from .exact import scan_complete
+from .exact import similarities
 from .filters import Filter
+from .keyword import hybrid_score
+from .keyword import match_expression
 
-__all__ = ["Scope", "SearchCache", "nearest"]
+__all__ = ["MODES", "Scope", "SearchCache", "nearest", "search"]
+
+MODES = ("semantic", "keyword", "hybrid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,3 +186,105 @@ def _knn(
     seqs = np.array([e.seq for e in chosen], dtype=np.int64)
     created = np.array([e.created_at for e in chosen], dtype=np.int64)
     return rank(vectors, owner, seqs, created, query, k, threshold)
+
+
+def search(
+    store: Store,
+    cache: SearchCache | None,
+    tenant: str,
+    user_id: str,
+    query: np.ndarray,
+    text: str,
+    k: int,
+    threshold: float,
+    scope: Scope,
+    mode: str = "semantic",
+) -> list[ScoredMemory]:
+    """Search in ``mode``: semantic (:func:`nearest`), keyword or hybrid.
+
+    ``keyword``: the memories matching any of the query's words, strongest
+    match (bm25) first. ``hybrid``: the best semantic and keyword candidates
+    together, ordered by :func:`.keyword.hybrid_score`. Either way each
+    result's ``similarity`` is its cosine and ``threshold`` a floor on it.
+    """
+    if mode == "semantic":
+        return nearest(store, cache, tenant, user_id, query, k, threshold, scope)
+    with store.read():  # both halves of a hybrid search see one snapshot
+        if mode == "keyword":
+            matches = _keyword(store, tenant, user_id, query, text, k, threshold, scope)
+            return [dataclasses.replace(r, matched_by=("keyword",)) for r, _ in matches]
+        depth = min(100, max(2 * k, 30))
+        semantic = nearest(store, cache, tenant, user_id, query, depth, threshold, scope)
+        keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope)
+    found: dict[str, ScoredMemory] = {r.memory.id: r for r in semantic}
+    bm25: dict[str, float] = {}
+    for r, score in keyword:
+        found.setdefault(r.memory.id, r)
+        bm25[r.memory.id] = score
+    semantic_ids = {r.memory.id for r in semantic}
+    ranked = sorted(
+        found.values(),
+        key=lambda r: (
+            -hybrid_score(r.similarity, bm25.get(r.memory.id)),
+            -r.memory.created_at,
+        ),
+    )
+    return [
+        dataclasses.replace(
+            r,
+            matched_by=tuple(
+                name
+                for name, hit in (
+                    ("keyword", r.memory.id in bm25),
+                    ("semantic", r.memory.id in semantic_ids),
+                )
+                if hit
+            ),
+        )
+        for r in ranked[:k]
+    ]
+
+
+def _keyword(
+    store: Store,
+    tenant: str,
+    user_id: str,
+    query: np.ndarray,
+    text: str,
+    k: int,
+    threshold: float,
+    scope: Scope,
+) -> list[tuple[ScoredMemory, float]]:
+    """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
+
+    With their bm25 (lower is a stronger match), strongest first.
+    """
+    expression = match_expression(text)
+    if expression is None:
+        return []
+    fetch = max(4 * k, 40)
+    while True:
+        hits = store.keyword(tenant, user_id, expression, fetch)
+        entries = store.entries_by_seq(tenant, user_id, [seq for seq, _ in hits])
+        ranked = [entries[seq] for seq, _ in hits if seq in entries]
+        admitted = [entry for entry in ranked if scope.admits(entry)]
+        cosine = _cosines(store, tenant, user_id, admitted, query)
+        best = [e.seq for e in admitted if cosine[e.seq] >= threshold][:k]
+        if len(best) >= k or len(hits) < fetch or fetch >= 2000:
+            break
+        fetch *= 4
+    scores = dict(hits)
+    rows = store.memories_by_seq(best)
+    return [(ScoredMemory(rows[seq], cosine[seq]), scores[seq]) for seq in best if seq in rows]
+
+
+def _cosines(
+    store: Store, tenant: str, user_id: str, entries: list[Entry], query: np.ndarray
+) -> dict[int, float]:
+    """Each memory's exact similarity to ``query`` (its best window's), by seq."""
+    if not entries:
+        return {}
+    vids = np.concatenate([np.arange(e.first_vid, e.first_vid + e.windows) for e in entries])
+    owner = np.repeat(np.arange(len(entries)), [e.windows for e in entries])
+    sims = similarities(store.vectors(tenant, user_id, vids), owner, len(entries), query)
+    return {e.seq: float(s) for e, s in zip(entries, sims, strict=True)}

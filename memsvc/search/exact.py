@@ -51,6 +51,23 @@ def exact_similarity(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.clip(_row_similarity(vectors, query)[0], 0.0, 1.0)
 
 
+def similarities(
+    vectors: np.ndarray, owner: np.ndarray, count: int, query: np.ndarray
+) -> np.ndarray:
+    """Each of ``count`` memories' exact similarity: its best row's, clamped into [0, 1].
+
+    A memory with an all-zero row (being deleted, see :func:`rank`) scores -1.
+    """
+    rows, zero = _row_similarity(vectors, query)
+    sims = np.full(count, -np.inf)
+    np.maximum.at(sims, owner, rows)
+    gone = np.zeros(count, dtype=bool)
+    np.logical_or.at(gone, owner, zero)
+    out = np.clip(sims, 0.0, 1.0)
+    out[gone] = -1.0
+    return out
+
+
 def rank(
     vectors: np.ndarray,
     owner: np.ndarray,
@@ -71,13 +88,8 @@ def rank(
     """
     if len(seqs) == 0:
         return []
-    rows, zero = _row_similarity(vectors, query)
-    sims = np.full(len(seqs), -np.inf)
-    np.maximum.at(sims, owner, rows)
-    gone = np.zeros(len(seqs), dtype=bool)
-    np.logical_or.at(gone, owner, zero)
-    sims = np.clip(sims, 0.0, 1.0)
-    keep = np.flatnonzero((sims >= threshold) & ~gone)
+    sims = similarities(vectors, owner, len(seqs), query)
+    keep = np.flatnonzero(sims >= threshold)
     if len(keep) == 0:
         return []
     order = np.lexsort((-seqs[keep], -created[keep], -sims[keep]))[:k]

@@ -24,7 +24,7 @@ from ..models import Version
 from ..models import dedupe_key
 from ..search import Scope
 from ..search import SearchCache
-from ..search import nearest
+from ..search import search as search_memories
 from ..search.filters import Filter
 from ..store import Store
 
@@ -99,16 +99,21 @@ def search(
     filter: Filter | None = None,
     created_after: int | None = None,
     created_before: int | None = None,
+    mode: str = "semantic",
 ) -> list[ScoredMemory]:
-    """The ``limit`` memories most similar to ``query`` with similarity >= ``threshold``.
+    """The ``limit`` best memories for ``query`` with similarity >= ``threshold``.
 
-    Similarity is the cosine similarity, clamped into [0, 1]; the result is
-    exact, with or without a ``cache``. Only memories that pass ``filter``
-    and were created inside the bounds compete.
+    ``semantic`` (the default): the most similar, exactly, with or without a
+    ``cache``; ``keyword``: full-text matches of the query's words, best
+    first; ``hybrid``: both rankings fused. Similarity is always the cosine
+    similarity, clamped into [0, 1]. Only memories that pass ``filter`` and
+    were created inside the bounds compete.
     """
     vector = query_vector(embedder, query)
     scope = Scope(clock.now_ms(), filter, created_after, created_before)
-    return nearest(store, cache, tenant, user_id, vector, limit, threshold, scope)
+    return search_memories(
+        store, cache, tenant, user_id, vector, query, limit, threshold, scope, mode
+    )
 
 
 def get_all(

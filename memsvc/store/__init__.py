@@ -554,6 +554,20 @@ class Store:
         ).fetchall()
         return [Entry(*row) for row in rows]
 
+    def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:
+        """The user's memories with these seqs (others, and missing ones, are absent)."""
+        found: dict[int, Entry] = {}
+        for start in range(0, len(seqs), 500):
+            chunk = [int(s) for s in seqs[start : start + 500]]
+            marks = ",".join("?" * len(chunk))
+            for row in self.conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                f"AND seq IN ({marks})",
+                (tenant, user_id, *chunk),
+            ):
+                found[row[0]] = Entry(*row)
+        return found
+
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         """The memory each of ``vids`` belongs to (a vid with no memory left is absent)."""
         found: dict[int, Entry] = {}
