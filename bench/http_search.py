@@ -1,15 +1,19 @@
-"""memory.search over HTTP under gunicorn, against a bare Flask endpoint.
+"""memory.search over HTTP under gunicorn: the old and new local forward, and a bare endpoint.
 
-Both servers run with the checked-in gunicorn settings (2 workers x 4
-threads here). memsvc serves a user holding 1,000 memories with the
-bundled local embedder; its key has limits high enough never to refuse, so
-every call still goes through the limiter. The bare app (bare_app.py)
-answers the same URL with a constant body. wrk drives each at several
-concurrency levels with varied queries; the table gives throughput, p50 and
-the ratio to the bare endpoint.
+Every server runs with the checked-in gunicorn settings (2 workers x 4
+threads here). memsvc serves a user holding 1,000 memories with the bundled
+local model, three times: its float32 numpy forward (the old one,
+MEMSVC_LOCAL_BACKEND=numpy), its int8 ONNX Runtime forward (the new one),
+both with the query cache off so that every search embeds its query, and
+the new one with the query cache on (the default) answering the same 500
+questions over and over, as agents ask them. Its key has limits high
+enough never to refuse, so every call still goes through the limiter. The
+bare app (bare_app.py) answers the same URL with a constant body. wrk drives
+each at several concurrency levels with varied queries; the table gives
+throughput, p50 and ratios to the old forward and to the bare endpoint.
 
-Then, in-process, where one search's time goes: wire and Flask, key check,
-limits, embedding, and the store/cache search.
+Then, in-process, where one search's time goes now: wire and Flask, key
+check, limits, embedding, and the store/cache search.
 
     python -m bench.http_search [--seconds 5] [--levels 1,4,16]
 
@@ -126,13 +130,21 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
     """Median time of each stage of one search, in-process."""
     import statistics
 
+    from memsvc import clock
     from memsvc import create_app
     from memsvc.api.context import store
     from memsvc.limits import Limits
+    from memsvc.search import Scope
     from memsvc.search import nearest
     from memsvc.services import keys as key_service
 
-    app = create_app({"DATABASE": db_path, "LIMITS_DIR": os.path.join(tmp, "limits-inproc")})
+    app = create_app(
+        {
+            "DATABASE": db_path,
+            "LIMITS_DIR": os.path.join(tmp, "limits-inproc"),
+            "QUERY_CACHE_ENTRIES": 0,
+        }
+    )
     rt = app.extensions["memsvc"]
     client = app.test_client()
     qs = queries(200)
@@ -160,7 +172,8 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
         s = store()
 
         def search(i):
-            nearest(s, rt.search_cache, "bench", "u", vectors[i % len(vectors)], 10, 0.0)
+            scope = Scope(clock.now_ms())
+            nearest(s, rt.search_cache, "bench", "u", vectors[i % len(vectors)], 10, 0.0, scope)
 
         cache = median(search)
         auth = median(lambda i: key_service.verify(s, key))
@@ -178,6 +191,13 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
     ]
 
 
+SERVERS = [
+    ("old: numpy forward", {"MEMSVC_LOCAL_BACKEND": "numpy", "MEMSVC_QUERY_CACHE_ENTRIES": "0"}),
+    ("new: int8 ONNX forward", {"MEMSVC_QUERY_CACHE_ENTRIES": "0"}),
+    ("new, query cache on", {}),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=5)
@@ -189,18 +209,23 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     with contextlib.ExitStack() as stack:
         tmp = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        (tmp / "memsvc").mkdir()
+        servers = []
+        for i, (name, settings) in enumerate(SERVERS):
+            (tmp / str(i)).mkdir()
+            server = start_server(tmp / str(i), **settings)
+            stack.callback(server.stop)
+            key = server.create_key("bench", "bench")
+            key_id = next(
+                line.split()[0]
+                for line in server.cli("keys", "list").stdout.splitlines()
+                if " bench " in line
+            )
+            server.cli(
+                "keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000"
+            )
+            populate(server.env["MEMSVC_DATABASE"], args.memories)
+            servers.append((name, server, key))
         (tmp / "bare").mkdir()
-        memsvc = start_server(tmp / "memsvc")
-        stack.callback(memsvc.stop)
-        key = memsvc.create_key("bench", "bench")
-        key_id = next(
-            line.split()[0]
-            for line in memsvc.cli("keys", "list").stdout.splitlines()
-            if " bench " in line
-        )
-        memsvc.cli("keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000")
-        populate(memsvc.env["MEMSVC_DATABASE"], args.memories)
         bare = start_server(tmp / "bare", app="bench.bare_app:app", ready="/trpc/memory.search")
         stack.callback(bare.stop)
 
@@ -209,32 +234,40 @@ def main() -> None:
             + urllib.parse.quote(json.dumps({"userId": "u", "query": q, "threshold": 0}))
             for q in queries(500)
         ]
-        lua = lua_script(tmp / "search.lua", key, paths)
-        # Warm both: model loaded, caches filled, connections open.
-        wrk(memsvc.url, lua, 4, 2)
-        wrk(bare.url, lua, 4, 1)
-        rows = []
+        luas = {
+            name: lua_script(tmp / f"{i}.lua", key, paths)
+            for i, (name, _, key) in enumerate(servers)
+        }
+        # Warm each: model loaded, caches filled, connections open.
+        for name, server, _ in servers:
+            wrk(server.url, luas[name], 4, 2)
+        wrk(bare.url, luas[servers[0][0]], 4, 1)
+        results: dict[tuple[str, int], tuple[float, float, int]] = {}
         for c in levels:
-            m_rps, m_p50, m_bad = wrk(memsvc.url, lua, c, args.seconds)
-            b_rps, b_p50, _ = wrk(bare.url, lua, c, args.seconds)
-            rows.append((c, m_rps, m_p50, b_rps, b_p50, m_bad))
-        stages = breakdown(memsvc.env["MEMSVC_DATABASE"], key, str(tmp))
+            for name, server, _ in servers:
+                results[(name, c)] = wrk(server.url, luas[name], c, args.seconds)
+            results[("bare", c)] = wrk(bare.url, luas[servers[0][0]], c, args.seconds)
+        stages = breakdown(servers[1][1].env["MEMSVC_DATABASE"], servers[1][2], str(tmp))
 
     print(
-        f"memory.search, user with {args.memories} memories, local embedder; gunicorn "
-        f"2 workers x 4 threads; wrk {args.seconds:g}s per level"
+        f"memory.search, user with {args.memories} memories, bundled model; gunicorn "
+        f"2 workers x 4 threads; wrk {args.seconds:g}s per level, 500 distinct queries"
     )
     print(
-        f"{'connections':>11}{'memsvc req/s':>14}{'p50 ms':>8}{'bare req/s':>12}{'p50 ms':>8}"
-        f"{'memsvc/bare':>13}{'non-2xx':>9}"
+        f"{'server':<26}{'connections':>12}{'req/s':>9}{'p50 ms':>9}{'x old':>8}"
+        f"{'x bare':>8}{'non-2xx':>9}"
     )
-    for c, m_rps, m_p50, b_rps, b_p50, bad in rows:
-        print(
-            f"{c:>11}{m_rps:>14.0f}{m_p50:>8.1f}{b_rps:>12.0f}{b_p50:>8.1f}"
-            f"{m_rps / b_rps:>13.2f}{bad:>9}"
-        )
+    for c in levels:
+        old = results[(servers[0][0], c)][0]
+        bare_rps = results[("bare", c)][0]
+        for name in [n for n, _, _ in servers] + ["bare"]:
+            rps, p50, bad = results[(name, c)]
+            print(
+                f"{name:<26}{c:>12}{rps:>9.0f}{p50:>9.1f}{rps / old:>8.2f}"
+                f"{rps / bare_rps:>8.2f}{bad:>9}"
+            )
     print()
-    print("where one search's time goes (in-process medians):")
+    print("where one search's time goes now (in-process medians, new forward, no query cache):")
     total = stages[0][1]
     for name, ms in stages:
         print(f"  {name:<44}{ms:>8.3f} ms{ms / total:>7.0%}")
