@@ -222,6 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
     _S("MAX_CONTENT_LENGTH", 1024 * 1024, positive_int, "a positive number of bytes",
        "Largest request body, in bytes (`413` beyond).", "Limits",
        shown_default="1048576 (1 MiB)"),
+    _S("MAX_URL_BYTES", 1024 * 1024, _int_range(4096, 64 * 1024 * 1024),
+       "a whole number of bytes from 4096",
+       "Longest request line (method, URL with a query's input, version), refused at once "
+       "beyond, before the rest arrives.", "Limits", shown_default="1048576 (1 MiB)"),
+    _S("REQUEST_TIMEOUT", 30, _int_range(1, 3600), "a whole number of seconds from 1 to 3600",
+       "A request (line, headers and body) must arrive whole within this many seconds of its "
+       "first byte, else `408`; until it has, it holds no worker thread.", "Limits"),
     _S("MAX_CONTENT_CHARS", 65_536, positive_int, "a positive whole number",
        "Longest `content` or `query`, in characters.", "Limits"),
     _S("MAX_USER_ID_CHARS", 256, positive_int, "a positive whole number",
