@@ -33,6 +33,7 @@ from .store import SCHEMA_VERSION
 from .store import Store
 from .text import InvalidText
 from .text import check_text
+from .text import shown
 
 
 @dataclasses.dataclass
@@ -83,7 +84,7 @@ pass_context = click.make_pass_decorator(Context, ensure=True)
 
 def _text_argument(name: str, value: str, max_chars: int) -> str:
     try:
-        check_text(value, max_chars)
+        check_text(value, max_chars, printable=True)
     except InvalidText as e:
         raise click.BadParameter(str(e), param_hint=name) from None
     return value
@@ -429,9 +430,9 @@ def keys_list(ctx: Context, tenant: str | None) -> None:
     table = [header] + [
         (
             k.id,
-            k.tenant,
+            shown(k.tenant),
             k.key_id,
-            k.name,
+            shown(k.name),
             clock.iso(k.created_at),
             clock.iso(k.last_used_at) if k.last_used_at else "-",
             clock.iso(k.revoked_at) if k.revoked_at else "-",
@@ -482,7 +483,7 @@ def keys_set_limits(
         raise click.ClickException(e.message) from None
     defaults = ctx.runtime().default_limits
     click.echo(
-        f"{key.name!r} of tenant {key.tenant!r}: "
+        f"{shown(key.name)!r} of tenant {shown(key.tenant)!r}: "
         f"{_limit_text(key.rate_limit, defaults.per_minute)} per minute, "
         f"{_limit_text(key.concurrency_limit, defaults.concurrent)} concurrent."
     )
@@ -498,7 +499,10 @@ def keys_revoke(ctx: Context, key_id: str) -> None:
     except ApiError as e:
         raise click.ClickException(e.message) from None
     assert key.revoked_at is not None
-    click.echo(f"Revoked {key.name!r} of tenant {key.tenant!r} at {clock.iso(key.revoked_at)}.")
+    click.echo(
+        f"Revoked {shown(key.name)!r} of tenant {shown(key.tenant)!r} "
+        f"at {clock.iso(key.revoked_at)}."
+    )
 
 
 def main() -> None:

@@ -45,6 +45,10 @@ class Unauthorized(ApiError):
     code = "UNAUTHORIZED"
 
 
+class Forbidden(ApiError):
+    code = "FORBIDDEN"
+
+
 class NotFound(ApiError):
     code = "NOT_FOUND"
 

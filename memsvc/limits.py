@@ -27,6 +27,7 @@ import itertools
 import math
 import mmap
 import os
+import stat
 import threading
 import time
 import typing as t
@@ -68,7 +69,13 @@ class _KeyState:
 
     def __init__(self, path: str):
         self.lock = threading.Lock()
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        # Never through a symbolic link, and only a file of ours: the folder
+        # is private, but a file planted before it was made private is not.
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        info = os.fstat(self.fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            os.close(self.fd)
+            raise PermissionError(f"{path} is not a file of this user's: refusing to use it")
         self.words: np.ndarray | None = None  # the whole file as int64
         self.ring: np.ndarray = np.empty(0, dtype=np.int64)
         self.slots: np.ndarray = np.empty((0, _SLOT_WORDS), dtype=np.int64)
@@ -161,7 +168,7 @@ class Limiter:
         clock: t.Callable[[], int] | None = None,
         max_open: int = 1024,
     ):
-        self.directory = directory
+        self.directory = private_directory(directory)
         self.slot_ttl_ms = slot_ttl_ms
         # Monotonic: one clock for every process on the box, immune to
         # wall-clock jumps.
@@ -256,7 +263,6 @@ class Limiter:
         with self._states_lock:
             state = self._states.get(key_id)
             if state is None:
-                os.makedirs(self.directory, mode=0o700, exist_ok=True)
                 state = _KeyState(os.path.join(self.directory, _file_name(key_id)))
                 self._states[key_id] = state
                 # Forget the oldest; a thread still using one keeps it open
@@ -342,15 +348,40 @@ def _file_name(key_id: str) -> str:
     return "".join(c for c in key_id if c.isalnum() or c == "-") or "key"
 
 
+def private_directory(path: str) -> str:
+    """Create ``path`` (mode 0700) or check that it is this user's and no one else's.
+
+    The limiter's files decide who is admitted, so a folder another local
+    user made first (a predictable name under /dev/shm), or one others can
+    write, or a symbolic link, is refused rather than used.
+    """
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"{path} is not a folder (a symbolic link?)")
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"{path} belongs to another user")
+    if info.st_mode & 0o077:
+        raise PermissionError(f"{path} can be used by other users (mode {info.st_mode & 0o777:o})")
+    return path
+
+
 def default_directory(database: str, instance_path: str) -> str:
     """Where limiter state lives: tmpfs if the box has one, else the instance folder.
 
-    One directory per database, so two deployments on one box never share
-    counters.
+    One folder per database file, named after its identity (device and
+    inode), not its path: the same database reached by two paths (a
+    symbolic link) shares one set of limits. The user id keeps two users'
+    deployments apart.
     """
-    import hashlib
-
-    tag = hashlib.sha256(os.path.abspath(database).encode()).hexdigest()[:16]
+    info = os.stat(database)
+    tag = f"{os.getuid()}-{info.st_dev:x}-{info.st_ino:x}"
     shm = "/dev/shm"
     if os.path.isdir(shm) and os.access(shm, os.W_OK):
         return os.path.join(shm, f"memsvc-limits-{tag}")

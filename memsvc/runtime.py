@@ -8,6 +8,7 @@ arguments, so nothing below the API layer knows about Flask.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import typing as t
 
@@ -24,6 +25,8 @@ from .store import Store
 from .store import StoreMismatch
 from .tokens import TokenVerifier
 from .tokens import make_verifier
+
+log = logging.getLogger(__name__)
 
 
 class DatabaseInUse(Exception):
@@ -44,9 +47,7 @@ class Runtime:
         # the worker process, never in gunicorn's master before the fork.
         self.embedder: Embedder = make_embedder(settings, instance_path)
         self._query_cache: CachedEmbedder | None = None
-        self.limiter = Limiter(
-            settings["LIMITS_DIR"] or default_directory(settings["DATABASE"], instance_path)
-        )
+        self._limiter: Limiter | None = None
         self.default_limits = Limits(
             settings["RATE_LIMIT_PER_MINUTE"], settings["CONCURRENCY_LIMIT"]
         )
@@ -58,6 +59,22 @@ class Runtime:
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
         self._serving_lock: int | None = None
         self._maintenance: t.Any = None
+
+    @property
+    def limiter(self) -> Limiter:
+        """The per-key limiter; its folder is named after the database, so it exists first."""
+        if self._limiter is None:
+            directory = self.settings["LIMITS_DIR"] or default_directory(
+                self.settings["DATABASE"], self.instance_path
+            )
+            try:
+                self._limiter = Limiter(directory)
+            except OSError as e:
+                raise ConfigError(
+                    f"MEMSVC_LIMITS_DIR {directory!r} cannot be used: {e}; remove it, or set "
+                    "MEMSVC_LIMITS_DIR to a private folder"
+                ) from None
+        return self._limiter
 
     @property
     def query_embedder(self) -> Embedder:
@@ -99,6 +116,8 @@ class Runtime:
                 problem = "is not a folder" if os.path.exists(folder) else "does not exist"
                 raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {folder} {problem}")
             create_private(path)
+            # A planted or shared limits folder stops start-up here, not a request.
+            log.debug("limits in %s", self.limiter.directory)
             prepare_model = getattr(self.embedder, "prepare", None)
             if prepare_model is not None:
                 prepare_model()

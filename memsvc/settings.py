@@ -216,9 +216,16 @@ SETTINGS: tuple[Setting, ...] = (
     _S("CONCURRENCY_LIMIT", 10, _int_range(0, MAX_CONCURRENT),
        f"a whole number from 0 (no limit) to {MAX_CONCURRENT}",
        "Calls per API key executing at once, on all workers together (0: no limit).", "Limits"),
+    _S("MAX_KEYS_PER_TENANT", 25, non_negative_int, "a whole number (0: no cap)",
+       "Most active API keys a tenant may hold; `keys.create` beyond answers `403` (each key "
+       "has limits of its own, so keys must not be free to multiply).", "Limits"),
+    _S("KEYS_RATE_LIMIT_PER_MINUTE", 30, _int_range(0, MAX_PER_MINUTE),
+       f"a whole number from 0 (no limit) to {MAX_PER_MINUTE}",
+       "Calls to the `keys` router per tenant in any rolling 60 s (0: no limit).", "Limits"),
     _S("LIMITS_DIR", None, _optional(_text), "a directory path",
-       "Where the limiter keeps its shared state.", "Limits",
-       shown_default="/dev/shm/memsvc-limits-<id>"),
+       "Where the limiter keeps its shared state: a private folder (0700) of this user, "
+       "refused otherwise.", "Limits",
+       shown_default="/dev/shm/memsvc-limits-<uid>-<database id>"),
     _S("MAX_CONTENT_LENGTH", 1024 * 1024, positive_int, "a positive number of bytes",
        "Largest request body, in bytes (`413` beyond).", "Limits",
        shown_default="1048576 (1 MiB)"),
@@ -264,8 +271,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("WORKERS", None, _optional(positive_int), "a positive whole number",
        "Worker processes (gunicorn's `WEB_CONCURRENCY`).", "Serving",
        shown_default="one per core", env_name="WEB_CONCURRENCY"),
-    _S("THREADS", 4, positive_int, "a positive whole number", "Threads per worker process.",
-       "Serving"),
+    _S("THREADS", 8, positive_int, "a positive whole number",
+       "Threads per worker process. Keep workers x threads above `MEMSVC_CONCURRENCY_LIMIT`, "
+       "so one key at its limit leaves threads for every other.", "Serving"),
     _S("LOG_FULL_URLS", False, lambda v: isinstance(v, bool), "true or false",
        "Write whole URLs, query string included, to the access log. Off by default: tRPC "
        "queries carry their input (user ids, search text) in the URL.", "Serving"),

@@ -13,7 +13,7 @@ from .context import store
 from .trpc import Call
 from .trpc import Router
 
-router = Router("keys", __name__, middleware=[middleware.bearer_token])
+router = Router("keys", __name__, middleware=[middleware.bearer_token, middleware.tenant_limited])
 
 
 @router.query("list", output=schemas.keys_out)
@@ -23,8 +23,13 @@ def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.mutation("create", input=schemas.CreateKeyInput(), output=schemas.created_key_out)
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
+    config = current_app.config
     return keys.create(
-        store(), call.caller.tenant, params["name"], current_app.config["API_KEY_WORD"]
+        store(),
+        call.caller.tenant,
+        params["name"],
+        config["API_KEY_WORD"],
+        max_active=config["MAX_KEYS_PER_TENANT"],
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import typing as t
 
 from flask import current_app
@@ -60,8 +61,12 @@ def _verify_api_key() -> Caller:
 
 @contextlib.contextmanager
 def api_key(call: Call) -> t.Iterator[None]:
-    """Middleware: the call must carry a valid, unrevoked ``x-api-key``."""
-    call.caller = _once("memsvc_api_key_caller", _verify_api_key)
+    """Middleware: the call must carry a valid, unrevoked ``x-api-key``.
+
+    Checked for every call, a batch's too: a key revoked while a batch runs
+    stops working for the calls after it (one indexed lookup each).
+    """
+    call.caller = _verify_api_key()
     yield
 
 
@@ -120,4 +125,25 @@ def _verify_bearer() -> Caller:
 def bearer_token(call: Call) -> t.Iterator[None]:
     """Middleware: the call must carry an identity-provider JWT naming the tenant."""
     call.caller = _once("memsvc_token_caller", _verify_bearer)
+    yield
+
+
+@contextlib.contextmanager
+def tenant_limited(call: Call) -> t.Iterator[None]:
+    """Middleware, after the token: the keys router's own rate limit, per tenant.
+
+    Keys are cheap to make and each brings its own limits: without this a
+    tenant could mint keys by the hundred and multiply its limits.
+    """
+    rt = runtime()
+    per_minute = current_app.config["KEYS_RATE_LIMIT_PER_MINUTE"]
+    if per_minute:
+        tenant_key = "tenant-" + hashlib.sha256(call.caller.tenant.encode("utf-8")).hexdigest()[:32]
+        try:
+            rt.limiter.acquire(tenant_key, Limits(per_minute, 0))
+        except Refused as e:
+            raise TooManyRequests(
+                e.message.replace("requests per minute", "key operations per minute per tenant"),
+                headers={"Retry-After": str(e.retry_after)},
+            ) from None
     yield

@@ -56,14 +56,15 @@ def _check_unicode(value: str) -> None:
 class Text(fields.String):
     """A string with at least one non-space character, within a size setting."""
 
-    def __init__(self, max_setting: str, **kwargs: t.Any):
+    def __init__(self, max_setting: str, *, printable: bool = False, **kwargs: t.Any):
         super().__init__(error_messages={**_MESSAGES, "invalid": "must be a string"}, **kwargs)
         self.max_setting = max_setting
+        self.printable = printable
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
         try:
-            check_text(text, _limit(self.max_setting))
+            check_text(text, _limit(self.max_setting), printable=self.printable)
         except InvalidText as e:
             raise ValidationError(str(e)) from None
         return text
@@ -260,7 +261,8 @@ class UserInput(Input):
 
 
 class CreateKeyInput(Input):
-    name = Text("MAX_NAME_CHARS", required=True)
+    # Shown on the operator's terminal by memsvc keys list.
+    name = Text("MAX_NAME_CHARS", required=True, printable=True)
 
 
 # -- outputs -----------------------------------------------------------------

@@ -8,6 +8,7 @@ import secrets
 import uuid
 
 from .. import clock
+from ..errors import Forbidden
 from ..errors import NotFound
 from ..errors import Unauthorized
 from ..models import ApiKey
@@ -25,8 +26,12 @@ def hash_secret(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
 
 
-def create(store: Store, tenant: str, name: str, word: str) -> CreatedKey:
-    """A new active key; its secret is in the result and nowhere else."""
+def create(store: Store, tenant: str, name: str, word: str, *, max_active: int = 0) -> CreatedKey:
+    """A new active key; its secret is in the result and nowhere else.
+
+    ``max_active``: refused with :class:`Forbidden` when the tenant already
+    has that many active keys (0: no cap).
+    """
     secret = f"sk_{word}_{secrets.token_hex(32)}"
     key = ApiKey(
         id=str(uuid.uuid4()),
@@ -38,6 +43,11 @@ def create(store: Store, tenant: str, name: str, word: str) -> CreatedKey:
         revoked_at=None,
     )
     with store.write():
+        if max_active and store.active_keys(tenant) >= max_active:
+            raise Forbidden(
+                f"This tenant already has {max_active} active API keys, the most allowed; "
+                "revoke one first"
+            )
         store.insert_key(key, hash_secret(secret))
     return CreatedKey(key, secret)
 

@@ -669,6 +669,12 @@ class Store:
             ),
         )
 
+    def active_keys(self, tenant: str) -> int:
+        (n,) = self.conn.execute(
+            "SELECT count(*) FROM api_keys WHERE tenant = ? AND revoked_at IS NULL", (tenant,)
+        ).fetchone()
+        return int(n)
+
     def key_by_hash(self, secret_hash: bytes) -> ApiKey | None:
         row = self.conn.execute(
             f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE secret_hash = ?", (secret_hash,)
