@@ -348,7 +348,7 @@ def _file_name(key_id: str) -> str:
     return "".join(c for c in key_id if c.isalnum() or c == "-") or "key"
 
 
-def private_directory(path: str) -> str:
+def private_directory(path: str, uid: int | None = None) -> str:
     """Create ``path`` (mode 0700) or check that it is this user's and no one else's.
 
     The limiter's files decide who is admitted, so a folder another local
@@ -365,7 +365,7 @@ def private_directory(path: str) -> str:
     info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise PermissionError(f"{path} is not a folder (a symbolic link?)")
-    if info.st_uid != os.getuid():
+    if info.st_uid != (os.getuid() if uid is None else uid):
         raise PermissionError(f"{path} belongs to another user")
     if info.st_mode & 0o077:
         raise PermissionError(f"{path} can be used by other users (mode {info.st_mode & 0o777:o})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import time
 import typing as t
 
 from .embeddings import Embedder
@@ -59,6 +60,8 @@ class Runtime:
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
         self._serving_lock: int | None = None
         self._maintenance: t.Any = None
+        #: (time.monotonic(), what) of the last call storage failed, if recent.
+        self.storage_failure: tuple[float, str] | None = None
 
     @property
     def limiter(self) -> Limiter:
@@ -94,6 +97,16 @@ class Runtime:
 
             self._maintenance = Maintenance(self, self.settings["MAINTENANCE_SECONDS"])
             self._maintenance.start()
+
+    def storage_failed(self, problem: str) -> None:
+        self.storage_failure = (time.monotonic(), problem)
+
+    def storage_trouble(self, within: float = 30.0) -> str | None:
+        """What failed in storage in the last ``within`` seconds of this process, if anything."""
+        failure = self.storage_failure
+        if failure is None or time.monotonic() - failure[0] > within:
+            return None
+        return failure[1]
 
     def store(self) -> Store:
         """A store on this thread's connection."""

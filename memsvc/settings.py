@@ -246,6 +246,11 @@ SETTINGS: tuple[Setting, ...] = (
        "Largest `metadata`, as compact JSON.", "Limits"),
     _S("MAX_METADATA_DEPTH", 32, positive_int, "a positive whole number",
        "Deepest `metadata` nesting.", "Limits"),
+    _S("MAX_RESPONSE_BYTES", 32 * 1024 * 1024, _int_range(65_536, 4 * 1024**3),
+       "a whole number of bytes from 65536",
+       "Most bytes of answers one request may produce, batch calls together; a call past it "
+       "answers `413` (ask for fewer memories per call or fewer calls per batch).", "Limits",
+       shown_default="33554432 (32 MiB)"),
     _S("MAX_BATCH_SIZE", 100, positive_int, "a positive whole number",
        "Most calls in one batch request.", "Limits"),
     # Search

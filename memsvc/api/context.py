@@ -34,3 +34,14 @@ def release_store(exc: BaseException | None = None) -> None:
         s.reset()
     except Exception:
         runtime().db.discard()
+
+
+def record_storage_problem(problem: str) -> None:
+    """Remember, for /health, that storage failed a call just now."""
+    runtime().storage_failed(problem)
+
+
+def clear_storage_problem() -> None:
+    rt = runtime()
+    if rt.storage_failure is not None:
+        rt.storage_failure = None

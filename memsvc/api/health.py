@@ -8,6 +8,7 @@ from flask import Blueprint
 from flask import Response
 
 from .. import clock
+from ..store import storage_problem
 from .context import runtime
 from .context import store
 from .trpc import json_response
@@ -19,13 +20,30 @@ bp = Blueprint("health", __name__)
 
 @bp.get("/health")
 def health() -> Response:
+    """Healthy: the database can be read and written, and no call failed on storage lately.
+
+    Unhealthy answers say what is wrong in ``detail``: a read-only database or
+    a full disk leave reads working but memsvc unable to keep anything.
+    """
+    rt = runtime()
     try:
-        store().ping()
+        s = store()
+        s.ping()
+        s.probe_write()
     except Exception as e:
-        log.warning("health check: database unreachable: %s", e)
+        problem = storage_problem(e) or "the database cannot be read"
+        log.warning("health check: %s: %s", problem, e)
         # Whatever broke, the next request should start from a fresh connection.
-        runtime().db.discard()
-        return json_response(
-            {"status": "error", "db": "disconnected", "timestamp": clock.now_ms()}, 503
-        )
+        rt.db.discard()
+        return _unhealthy(problem)
+    trouble = rt.storage_trouble()
+    if trouble is not None:
+        return _unhealthy(trouble)
     return json_response({"status": "ok", "db": "connected", "timestamp": clock.now_ms()})
+
+
+def _unhealthy(problem: str) -> Response:
+    return json_response(
+        {"status": "error", "db": "disconnected", "detail": problem, "timestamp": clock.now_ms()},
+        503,
+    )

@@ -63,6 +63,7 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
         filter=params["filter"],
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
+        max_bytes=call.budget,
     )
 
 
@@ -86,7 +87,7 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.query("history", input=schemas.IdInput(), output=schemas.versions_out)
 def history(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.history(store(), call.caller.tenant, params["id"])
+    return memories.history(store(), call.caller.tenant, params["id"], max_bytes=call.budget)
 
 
 @router.mutation("delete", input=schemas.IdInput())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import typing as t
 
 from flask import current_app
@@ -25,9 +26,13 @@ from ..limits import Limits
 from ..limits import Refused
 from ..models import ApiKey
 from ..services import keys
+from ..store import storage_problem
+from .context import record_storage_problem
 from .context import runtime
 from .context import store
 from .trpc import Call
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +104,22 @@ def limited(call: Call) -> t.Iterator[None]:
 
 @contextlib.contextmanager
 def record_use(call: Call) -> t.Iterator[None]:
-    """Middleware, after authentication and limits: keep the key's lastUsedAt current."""
+    """Middleware, after authentication and limits: keep the key's lastUsedAt current.
+
+    Best effort: a database that takes no writes (read-only, full) still
+    answers reads; the write that failed is logged, and the call goes on.
+    """
     if not g.get("memsvc_key_used"):
         g.memsvc_key_used = True
         resolution_ms = current_app.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
-        keys.record_use(store(), call.caller.key, clock.now_ms(), resolution_ms)
+        try:
+            keys.record_use(store(), call.caller.key, clock.now_ms(), resolution_ms)
+        except Exception as e:
+            problem = storage_problem(e)
+            if problem is None:
+                raise
+            log.warning("lastUsedAt not recorded: %s", problem)
+            record_storage_problem(problem)
     yield
 
 

@@ -41,7 +41,11 @@ from ..errors import InternalError
 from ..errors import MethodNotSupported
 from ..errors import NotFound
 from ..errors import PayloadTooLarge
+from ..errors import ServiceUnavailable
 from ..errors import UnsupportedMediaType
+from ..store import storage_problem
+from .context import clear_storage_problem
+from .context import record_storage_problem
 from .schemas import error_text
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,8 @@ class Call:
     inputs: _Inputs
     #: Set by the authenticating middleware.
     caller: t.Any = None
+    #: Bytes of answer this call may still produce (see _Budget).
+    budget: int = 0
 
     def raw_input(self) -> t.Any:
         return self.inputs.get(self.index)
@@ -150,9 +156,10 @@ def endpoint(path: str) -> Response:
     except ApiError as e:
         # A request that is wrong as a whole has one answer, with no path.
         return json_response(error_body(e, None), e.status, e.headers)
-    results = [_run(call) for call in calls]
+    budget = _Budget(current_app.config["MAX_RESPONSE_BYTES"])
+    results = [_run(call, budget) for call in calls]
     if not is_batch:
-        return json_response(*results[0])
+        return _text_response(*results[0])
     statuses = {status for _, status, _ in results}
     headers: dict[str, str] = {}
     for _, _, extra in results:
@@ -160,11 +167,38 @@ def endpoint(path: str) -> Response:
             if name == "Retry-After" and name in headers:
                 value = str(max(int(value), int(headers[name])))
             headers[name] = value
-    return json_response(
-        [body for body, _, _ in results],
+    return _text_response(
+        "[" + ",".join(text for text, _, _ in results) + "]",
         statuses.pop() if len(statuses) == 1 else 207,
         headers,
     )
+
+
+class _Budget:
+    """How many bytes of answers a request may still produce, batch calls together.
+
+    A batch of 100 calls each listing 1,000 long memories would otherwise
+    build gigabytes in one worker: a call whose answer would go past the
+    budget is answered 413 instead, and so is every call after it.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.left = limit
+
+    def spend(self, text: str) -> None:
+        size = len(text.encode("utf-8")) if len(text) * 4 > self.left else len(text)
+        if size > self.left:
+            self.left = 0
+            raise self.exceeded()
+        self.left -= size
+
+    def exceeded(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"Answer too large: the answers to this request would exceed {self.limit} bytes "
+            "(MEMSVC_MAX_RESPONSE_BYTES); ask for fewer memories per call (limit, cursor) or "
+            "fewer calls per batch"
+        )
 
 
 def _calls(path: str, is_batch: bool) -> list[Call]:
@@ -191,15 +225,34 @@ def _calls(path: str, is_batch: bool) -> list[Call]:
     ]
 
 
-def _run(call: Call) -> tuple[t.Any, int, dict[str, str]]:
+def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
+    """One call's answer, as JSON text: its envelope, status and headers."""
     try:
-        return {"result": {"data": _execute(call)}}, 200, {}
+        if budget.left <= 0:
+            raise budget.exceeded()
+        call.budget = budget.left
+        text = '{"result":{"data":' + _dump(_execute(call)) + "}}"
+        budget.spend(text)
+        if call.procedure is not None and call.procedure.type == MUTATION:
+            clear_storage_problem()  # a write went through: storage works again
+        return text, 200, {}
     except ApiError as e:
-        return error_body(e, call.path), e.status, e.headers
-    except Exception:
-        log.exception("%s failed", call.path)
-        internal = InternalError("Internal server error")
-        return error_body(internal, call.path), internal.status, {}
+        return _dump(error_body(e, call.path)), e.status, e.headers
+    except Exception as e:
+        problem = storage_problem(e)
+        if problem is None:
+            log.exception("%s failed", call.path)
+            error: ApiError = InternalError("Internal server error")
+        else:
+            # The storage, not the call, is at fault: say so, and let the
+            # caller come back (the data is safe; nothing half-written).
+            log.warning("%s: storage unavailable: %s (%s)", call.path, problem, e)
+            record_storage_problem(problem)
+            error = ServiceUnavailable(
+                f"Storage unavailable: {problem}; try again later",
+                headers={"Retry-After": "5"},
+            )
+        return _dump(error_body(error, call.path)), error.status, error.headers
 
 
 def _execute(call: Call) -> t.Any:
@@ -355,9 +408,16 @@ def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
     return {"error": {"message": error.message, "code": error.code, "data": data}}
 
 
+def _dump(value: t.Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _text_response(text: str, status: int, headers: dict[str, str] | None) -> Response:
+    return Response(text, status=status, headers=headers, mimetype="application/json")
+
+
 def json_response(
     body: t.Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     """A compact JSON response, keys in the order given, UTF-8 as is."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return Response(text, status=status, headers=headers, mimetype="application/json")
+    return _text_response(_dump(body), status, headers)

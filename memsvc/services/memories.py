@@ -18,9 +18,11 @@ from ..embeddings.windows import document_vectors
 from ..embeddings.windows import query_vector
 from ..errors import BadRequest
 from ..errors import NotFound
+from ..errors import PayloadTooLarge
 from ..models import Memory
 from ..models import ScoredMemory
 from ..models import Version
+from ..models import compact_json
 from ..models import dedupe_key
 from ..search import Scope
 from ..search import SearchCache
@@ -126,8 +128,14 @@ def get_all(
     filter: Filter | None = None,
     created_after: int | None = None,
     created_before: int | None = None,
+    max_bytes: int | None = None,
 ) -> list[Memory]:
-    """A page of a user's memories, newest first, after the memory ``cursor`` if given."""
+    """A page of a user's memories, newest first, after the memory ``cursor`` if given.
+
+    :raises PayloadTooLarge: the page would take more than ``max_bytes`` (its
+        text and metadata), checked as rows are read, so a huge page is
+        never built.
+    """
     now = clock.now_ms()
     out: list[Memory] = []
     with store.read():
@@ -152,9 +160,25 @@ def get_all(
             if filter and not filter.matches(memory.metadata):
                 continue
             out.append(memory)
+            if max_bytes is not None:
+                max_bytes -= _size(memory.content, memory.metadata)
+                if max_bytes < 0:
+                    raise _too_large()
             if len(out) == limit:
                 break
     return out
+
+
+def _size(content: str, metadata: dict[str, t.Any]) -> int:
+    """About what a memory takes in an answer (at least its text and metadata)."""
+    return len(content) + len(compact_json(metadata)) + 200
+
+
+def _too_large() -> PayloadTooLarge:
+    return PayloadTooLarge(
+        "Answer too large: this call's answer would exceed what one request may return "
+        "(MEMSVC_MAX_RESPONSE_BYTES); ask for fewer memories (limit) and page with cursor"
+    )
 
 
 def get(store: Store, tenant: str, memory_id: str) -> Memory:
@@ -201,13 +225,20 @@ def update(
     return updated
 
 
-def history(store: Store, tenant: str, memory_id: str) -> list[Version]:
-    """A memory's versions, oldest first; the last is the current one."""
+def history(
+    store: Store, tenant: str, memory_id: str, max_bytes: int | None = None
+) -> list[Version]:
+    """A memory's versions, oldest first; the last is the current one.
+
+    :raises PayloadTooLarge: the versions take more than ``max_bytes``.
+    """
     with store.read():
         found = store.locate(tenant, memory_id, clock.now_ms())
         if found is None:
             raise _not_found()
         seq, memory = found
+        if max_bytes is not None and store.versions_size(seq) > max_bytes:
+            raise _too_large()
         earlier = store.versions(seq)
     event = "add" if memory.version == 1 else "update"
     return [

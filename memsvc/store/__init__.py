@@ -35,12 +35,14 @@ from . import schema
 from . import vec0
 from .db import Database
 from .db import connect
+from .db import storage_problem
 from .schema import SCHEMA_VERSION
 from .schema import StoreMismatch
 from .schema import fts_scope
 
 __all__ = [
     "Database", "Entry", "SCHEMA_VERSION", "Store", "StoreMismatch", "UserState", "connect",
+    "storage_problem",
 ]  # fmt: skip
 
 _MEMORY_COLUMNS = (
@@ -126,8 +128,10 @@ class Store:
             try:
                 yield self
             except BaseException:
-                self.conn.execute(f"ROLLBACK TO {name}")
-                self.conn.execute(f"RELEASE {name}")
+                # SQLite may have rolled everything back already (a full disk).
+                if self.conn.in_transaction:
+                    self.conn.execute(f"ROLLBACK TO {name}")
+                    self.conn.execute(f"RELEASE {name}")
                 raise
             self.conn.execute(f"RELEASE {name}")
             return
@@ -137,7 +141,9 @@ class Store:
         try:
             yield self
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk, an I/O error).
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             raise
         try:
             self.conn.execute("COMMIT")
@@ -179,6 +185,30 @@ class Store:
 
     def check_embedder(self, embedder_id: str, dimensions: int) -> None:
         schema.check_embedder(self.conn, embedder_id, dimensions)
+
+    def probe_write(self) -> None:
+        """Write and roll back, to learn whether the database takes writes at all.
+
+        A write already under way elsewhere is fine: the database is busy,
+        not broken, so a busy lock is not waited for.
+        """
+        (busy_timeout,) = self.conn.execute("PRAGMA busy_timeout").fetchone()
+        self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except Exception as e:
+            if "locked" in str(e).lower() or "busy" in str(e).lower():
+                return
+            raise
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
+        try:
+            self.conn.execute(
+                "INSERT INTO memsvc_meta (key, value) VALUES ('health', '') "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+            )
+        finally:
+            self.conn.execute("ROLLBACK")
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database file and empty it.
@@ -508,6 +538,15 @@ class Store:
             rows = self.conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", chunk)
             found.update(row[0] for row in rows)
         return found
+
+    def versions_size(self, seq: int) -> int:
+        """Bytes of text and metadata of a memory's earlier versions, without reading them."""
+        (n,) = self.conn.execute(
+            "SELECT coalesce(sum(length(CAST(content AS BLOB)) + length(CAST(metadata AS BLOB)) "
+            "+ 100), 0) FROM memory_history WHERE memory_seq = ?",
+            (seq,),
+        ).fetchone()
+        return int(n)
 
     def versions(self, seq: int) -> list[Version]:
         """A memory's earlier versions, oldest first (the current one is in ``memories``)."""

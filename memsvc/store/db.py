@@ -152,3 +152,23 @@ class Database:
         for conn in conns:
             conn.close()
         self._local = threading.local()
+
+
+# What SQLite says, and what it means for the operator.
+_PROBLEMS = (
+    ("readonly", "the database is read-only"),
+    ("database or disk is full", "the disk (or the database's size limit) is full"),
+    ("disk i/o error", "the disk failed to read or write (I/O error)"),
+    ("unable to open database file", "the database file cannot be opened"),
+    ("database is locked", "the database stayed locked by another writer"),
+    ("database disk image is malformed", "the database file is damaged"),
+    ("file is not a database", "the database file is damaged"),
+)
+
+
+def storage_problem(exc: BaseException) -> str | None:
+    """What is wrong with the storage if ``exc`` is SQLite failing, else None."""
+    if not isinstance(exc, driver().Error):
+        return None
+    text = str(exc).lower()
+    return next((meaning for words, meaning in _PROBLEMS if words in text), None)
