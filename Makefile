@@ -73,6 +73,7 @@ bench: install
 	$(BIN)/python -m bench.thresholds
 	$(BIN)/python -m bench.last_used
 	$(BIN)/python -m bench.limits
+	$(BIN)/python -m bench.sdk
 	$(BIN)/python -m bench.search
 	$(BIN)/python -m bench.embedding
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
