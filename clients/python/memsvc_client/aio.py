@@ -1,4 +1,4 @@
-"""The asynchronous client, :class:`AsyncMemsvc` (asyncio or trio, through anyio)."""
+"""The asynchronous client, :class:`AsyncMemsvc`, for asyncio (sleeping and locking via anyio)."""
 
 from __future__ import annotations
 
