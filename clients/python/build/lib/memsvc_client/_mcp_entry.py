@@ -1,0 +1,17 @@
+"""The ``memsvc-mcp`` command, with a clear message when the MCP extra is missing."""
+
+from __future__ import annotations
+
+import sys
+import typing as t
+
+
+def main(argv: t.Sequence[str] | None = None) -> None:
+    """Run the MCP server, or say how to install it."""
+    try:
+        from .mcp_server import main as run
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("mcp", "mcp_types", "pydantic"):
+            raise
+        sys.exit("memsvc-mcp needs the MCP SDK: pip install 'memsvc-client[mcp]'")
+    run(argv)

@@ -1,0 +1,230 @@
+"""The asynchronous client, :class:`AsyncMemsvc` (asyncio or trio, through anyio)."""
+
+from __future__ import annotations
+
+import datetime
+import types
+import typing as t
+import urllib.parse
+
+import anyio
+import httpx
+
+from . import _core
+from ._core import Call
+from ._core import Mode
+from .client import USER_AGENT
+from .client import api_key_from
+from .client import check_url
+from .client import recommended
+from .errors import MemsvcError
+from .errors import NotFound
+from .models import UNSET
+from .models import Memory
+from .models import Unset
+
+
+class AsyncMemsvc:
+    """A memsvc client for async code: the methods of :class:`Memsvc`, as coroutines."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._base = check_url(url)
+        key = api_key_from(api_key)
+        self._headers = {"x-api-key": key, "user-agent": USER_AGENT}
+        self._post_headers = {**self._headers, "content-type": "application/json"}
+        self._timeout = timeout
+        self._policy = _core.RetryPolicy(max_retries=max_retries, max_retry_wait=max_retry_wait)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient()
+        self._recommended: float | None | Unset = UNSET
+        # Made on first use: an anyio lock belongs to the event loop running then.
+        self._lock: anyio.Lock | None = None
+
+    def __repr__(self) -> str:
+        # Never the key.
+        return f"AsyncMemsvc({self._base!r})"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Close the connections (not those of an ``http_client`` passed in)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncMemsvc:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- memories ----------------------------------------------------------------
+
+    async def add(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        metadata: t.Mapping[str, t.Any] | None = None,
+        expires_at: datetime.datetime | None = None,
+        dedupe: bool = False,
+    ) -> Memory:
+        """Store a memory for an end user; with ``dedupe`` an identical one is returned instead."""
+        call = _core.add_call(user_id, content, metadata, expires_at, dedupe)
+        return Memory.from_wire(await self._call(call))
+
+    async def search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        threshold: float | None = None,
+        filter: t.Mapping[str, t.Any] | None = None,
+        mode: Mode | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> list[Memory]:
+        """The user's memories most similar to ``query``; threshold None: the deployment's."""
+        if threshold is None:
+            threshold = await self._default_threshold()
+        call = _core.search_call(
+            user_id, query, limit, threshold, filter, mode, created_after, created_before
+        )
+        return _core.memories(await self._call(call))
+
+    async def get_all(
+        self,
+        user_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        filter: t.Mapping[str, t.Any] | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> list[Memory]:
+        """One page of the user's memories, newest first, after ``cursor`` (a memory id)."""
+        call = _core.get_all_call(user_id, limit, cursor, filter, created_after, created_before)
+        return _core.memories(await self._call(call))
+
+    async def iter_all(
+        self,
+        user_id: str,
+        *,
+        page_size: int = 100,
+        filter: t.Mapping[str, t.Any] | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> t.AsyncIterator[Memory]:
+        """Every memory of the user, newest first, fetched page by page (``async for``)."""
+        cursor: str | None = None
+        while True:
+            page = await self.get_all(
+                user_id,
+                limit=page_size,
+                cursor=cursor,
+                filter=filter,
+                created_after=created_after,
+                created_before=created_before,
+            )
+            for memory in page:
+                yield memory
+            if len(page) < page_size:
+                return  # a short page is the last: no call for the empty one
+            cursor = page[-1].id
+
+    async def get(self, memory_id: str) -> Memory:
+        """The memory with this id (:class:`NotFound` outside the key's tenant)."""
+        return Memory.from_wire(await self._call(Call("memory.getById", {"id": memory_id})))
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | Unset = UNSET,
+        metadata: t.Mapping[str, t.Any] | None | Unset = UNSET,
+        expires_at: datetime.datetime | None | Unset = UNSET,
+    ) -> Memory:
+        """Change a memory's content, metadata (None: clear) or expiry (None: never)."""
+        call = _core.update_call(memory_id, content, metadata, expires_at)
+        return Memory.from_wire(await self._call(call))
+
+    async def history(self, memory_id: str) -> list[dict[str, t.Any]]:
+        """The memory's versions, oldest first, as the server gives them."""
+        answer = await self._call(Call("memory.history", {"id": memory_id}))
+        return t.cast(list[dict[str, t.Any]], answer)
+
+    async def delete(self, memory_id: str) -> None:
+        """Delete a memory for good."""
+        await self._call(_core.mutation("memory.delete", {"id": memory_id}))
+
+    async def delete_all(self, user_id: str) -> int:
+        """Delete every memory of the user; returns how many there were."""
+        answer = await self._call(_core.mutation("memory.deleteAll", {"userId": user_id}))
+        return int(answer["deleted"])
+
+    async def info(self) -> dict[str, t.Any]:
+        """service.info: the deployment's version, model, defaults and this key's limits."""
+        info = t.cast(dict[str, t.Any], await self._call(_core.INFO))
+        self._recommended = recommended(info)
+        return info
+
+    # -- internals ---------------------------------------------------------------
+
+    async def _default_threshold(self) -> float | None:
+        if isinstance(self._recommended, Unset):
+            if self._lock is None:
+                self._lock = anyio.Lock()
+            async with self._lock:  # one service.info for all the tasks that get here
+                if isinstance(self._recommended, Unset):
+                    try:
+                        await self.info()
+                    except NotFound:
+                        self._recommended = None  # a server without service.info
+        assert not isinstance(self._recommended, Unset)
+        return self._recommended
+
+    async def _call(self, call: Call) -> t.Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._send(call)
+                return _core.result(call, response.status_code, response.headers, response.content)
+            except MemsvcError as err:
+                wait = self._policy.delay(call, attempt, err)
+                if wait is None:
+                    raise
+                self._policy.log(call, attempt, err, wait)
+                await anyio.sleep(wait)
+                attempt += 1
+
+    async def _send(self, call: Call) -> httpx.Response:
+        url = f"{self._base}/{call.procedure}"
+        try:
+            if call.mutation:
+                return await self._http.post(
+                    url, content=call.body(), headers=self._post_headers, timeout=self._timeout
+                )
+            query = urllib.parse.quote(call.body(), safe="")
+            return await self._http.get(
+                f"{url}?input={query}", headers=self._headers, timeout=self._timeout
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # No connection was made (or none was free): nothing was sent.
+            raise _core.connection_failed(call, exc, request_sent=False) from exc
+        except httpx.TransportError as exc:
+            # Sent, at least in part, and no answer: it may have been applied.
+            raise _core.connection_failed(call, exc, request_sent=True) from exc

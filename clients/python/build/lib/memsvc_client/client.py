@@ -1,0 +1,250 @@
+"""The synchronous client, :class:`Memsvc`."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+import time
+import types
+import typing as t
+import urllib.parse
+
+import httpx
+
+from . import _core
+from ._core import Call
+from ._core import Mode
+from ._version import __version__
+from .errors import MemsvcError
+from .errors import NotFound
+from .models import UNSET
+from .models import Memory
+from .models import Unset
+
+USER_AGENT = f"memsvc-client-python/{__version__}"
+
+
+def api_key_from(api_key: str | None) -> str:
+    """The key given, else ``MEMSVC_API_KEY``; an error naming neither value if none."""
+    key = api_key if api_key is not None else os.environ.get("MEMSVC_API_KEY")
+    if not key:
+        raise ValueError("no API key: pass api_key= or set MEMSVC_API_KEY")
+    return key
+
+
+def check_url(url: str) -> str:
+    """The tRPC base URL of a server root URL; refuses what is not http(s)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"memsvc URL must be http:// or https://, not {url!r}")
+    return _core.base_url(url)
+
+
+def recommended(info: t.Mapping[str, t.Any]) -> float | None:
+    """The deployment's recommended threshold from service.info, if it states one."""
+    value = (info.get("embedder") or {}).get("recommendedThreshold")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+class Memsvc:
+    """A memsvc client; safe to share between threads. Use it as a context manager."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        max_retry_wait: float = 60.0,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self._base = check_url(url)
+        key = api_key_from(api_key)
+        self._headers = {"x-api-key": key, "user-agent": USER_AGENT}
+        self._post_headers = {**self._headers, "content-type": "application/json"}
+        self._timeout = timeout
+        self._policy = _core.RetryPolicy(max_retries=max_retries, max_retry_wait=max_retry_wait)
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.Client()
+        self._recommended: float | None | Unset = UNSET
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        # Never the key.
+        return f"Memsvc({self._base!r})"
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connections (not those of an ``http_client`` passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Memsvc:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- memories ----------------------------------------------------------------
+
+    def add(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        metadata: t.Mapping[str, t.Any] | None = None,
+        expires_at: datetime.datetime | None = None,
+        dedupe: bool = False,
+    ) -> Memory:
+        """Store a memory for an end user; with ``dedupe`` an identical one is returned instead."""
+        return Memory.from_wire(
+            self._call(_core.add_call(user_id, content, metadata, expires_at, dedupe))
+        )
+
+    def search(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        threshold: float | None = None,
+        filter: t.Mapping[str, t.Any] | None = None,
+        mode: Mode | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> list[Memory]:
+        """The user's memories most similar to ``query``; threshold None: the deployment's."""
+        if threshold is None:
+            threshold = self._default_threshold()
+        call = _core.search_call(
+            user_id, query, limit, threshold, filter, mode, created_after, created_before
+        )
+        return _core.memories(self._call(call))
+
+    def get_all(
+        self,
+        user_id: str,
+        *,
+        limit: int | None = None,
+        cursor: str | None = None,
+        filter: t.Mapping[str, t.Any] | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> list[Memory]:
+        """One page of the user's memories, newest first, after ``cursor`` (a memory id)."""
+        call = _core.get_all_call(user_id, limit, cursor, filter, created_after, created_before)
+        return _core.memories(self._call(call))
+
+    def iter_all(
+        self,
+        user_id: str,
+        *,
+        page_size: int = 100,
+        filter: t.Mapping[str, t.Any] | None = None,
+        created_after: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+    ) -> t.Iterator[Memory]:
+        """Every memory of the user, newest first, fetched page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.get_all(
+                user_id,
+                limit=page_size,
+                cursor=cursor,
+                filter=filter,
+                created_after=created_after,
+                created_before=created_before,
+            )
+            yield from page
+            if len(page) < page_size:
+                return  # a short page is the last: no call for the empty one
+            cursor = page[-1].id
+
+    def get(self, memory_id: str) -> Memory:
+        """The memory with this id (:class:`NotFound` outside the key's tenant)."""
+        return Memory.from_wire(self._call(Call("memory.getById", {"id": memory_id})))
+
+    def update(
+        self,
+        memory_id: str,
+        *,
+        content: str | Unset = UNSET,
+        metadata: t.Mapping[str, t.Any] | None | Unset = UNSET,
+        expires_at: datetime.datetime | None | Unset = UNSET,
+    ) -> Memory:
+        """Change a memory's content, metadata (None: clear) or expiry (None: never)."""
+        return Memory.from_wire(
+            self._call(_core.update_call(memory_id, content, metadata, expires_at))
+        )
+
+    def history(self, memory_id: str) -> list[dict[str, t.Any]]:
+        """The memory's versions, oldest first, as the server gives them."""
+        return t.cast(list[dict[str, t.Any]], self._call(Call("memory.history", {"id": memory_id})))
+
+    def delete(self, memory_id: str) -> None:
+        """Delete a memory for good."""
+        self._call(_core.mutation("memory.delete", {"id": memory_id}))
+
+    def delete_all(self, user_id: str) -> int:
+        """Delete every memory of the user; returns how many there were."""
+        answer = self._call(_core.mutation("memory.deleteAll", {"userId": user_id}))
+        return int(answer["deleted"])
+
+    def info(self) -> dict[str, t.Any]:
+        """service.info: the deployment's version, model, defaults and this key's limits."""
+        info = t.cast(dict[str, t.Any], self._call(_core.INFO))
+        self._recommended = recommended(info)
+        return info
+
+    # -- internals ---------------------------------------------------------------
+
+    def _default_threshold(self) -> float | None:
+        if isinstance(self._recommended, Unset):
+            with self._lock:  # one service.info for all the threads that get here
+                if isinstance(self._recommended, Unset):
+                    try:
+                        self.info()
+                    except NotFound:
+                        self._recommended = None  # a server without service.info
+        assert not isinstance(self._recommended, Unset)
+        return self._recommended
+
+    def _call(self, call: Call) -> t.Any:
+        attempt = 0
+        while True:
+            try:
+                response = self._send(call)
+                return _core.result(call, response.status_code, response.headers, response.content)
+            except MemsvcError as err:
+                wait = self._policy.delay(call, attempt, err)
+                if wait is None:
+                    raise
+                self._policy.log(call, attempt, err, wait)
+                time.sleep(wait)
+                attempt += 1
+
+    def _send(self, call: Call) -> httpx.Response:
+        url = f"{self._base}/{call.procedure}"
+        try:
+            if call.mutation:
+                return self._http.post(
+                    url, content=call.body(), headers=self._post_headers, timeout=self._timeout
+                )
+            query = urllib.parse.quote(call.body(), safe="")
+            return self._http.get(
+                f"{url}?input={query}", headers=self._headers, timeout=self._timeout
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # No connection was made (or none was free): nothing was sent.
+            raise _core.connection_failed(call, exc, request_sent=False) from exc
+        except httpx.TransportError as exc:
+            # Sent, at least in part, and no answer: it may have been applied.
+            raise _core.connection_failed(call, exc, request_sent=True) from exc

@@ -1,0 +1,103 @@
+"""What calls return: :class:`Memory`, immutable, with Python types."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import typing as t
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`: an argument not given (``None`` means something else)."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: Marks an argument of :meth:`Memsvc.update` as not given: ``None`` there
+#: means "clear it".
+UNSET: t.Final = Unset.UNSET
+
+
+_UTC = datetime.UTC
+_fromisoformat = datetime.datetime.fromisoformat
+
+
+def parse_time(value: str) -> datetime.datetime:
+    """A wire timestamp (``2026-11-23T04:08:00.123Z``) as an aware UTC datetime."""
+    # fromisoformat reads the trailing Z since Python 3.11, and in C: fast.
+    parsed = _fromisoformat(value)
+    return parsed if parsed.tzinfo is _UTC else parsed.astimezone(_UTC)
+
+
+def format_time(value: datetime.datetime) -> str:
+    """An aware datetime as the wire's timestamp: UTC, milliseconds, ``Z``."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        # A naive datetime is ambiguous (local time? UTC?): memsvc refuses
+        # timestamps without a zone, and so does the client, before sending.
+        raise ValueError("datetimes sent to memsvc must be timezone-aware (e.g. tzinfo=UTC)")
+    utc = value.astimezone(datetime.UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Memory:
+    """One memory of an end user; ``similarity`` is set on search results only."""
+
+    id: str
+    content: str
+    user_id: str
+    metadata: dict[str, t.Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    expires_at: datetime.datetime | None = None
+    similarity: float | None = None
+    #: How a keyword or hybrid search found it (``("keyword", "semantic")``), else None.
+    matched_by: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Memory:
+        """A Memory from the JSON object memsvc answers with."""
+        created = data["createdAt"]
+        updated = data["updatedAt"]
+        created_at = parse_time(created)
+        expires = data.get("expiresAt")
+        matched = data.get("matchedBy")
+        memory = object.__new__(cls)
+        # A frozen dataclass's __init__ sets each field through
+        # object.__setattr__, which was most of the client's cost per memory
+        # (a getAll of 100 is 100 of them): fill the instance's dict at once.
+        memory.__dict__.update(
+            id=data["id"],
+            content=data["content"],
+            user_id=data["userId"],
+            metadata=data.get("metadata") or {},
+            created_at=created_at,
+            # Usually equal to createdAt: parse once.
+            updated_at=created_at if updated == created else parse_time(updated),
+            expires_at=parse_time(expires) if expires is not None else None,
+            similarity=data.get("similarity"),
+            matched_by=tuple(matched) if matched is not None else None,
+        )
+        return memory
+
+    def to_dict(self) -> dict[str, t.Any]:
+        """The memory as JSON-ready data in the wire's field names (absent fields left out)."""
+        out: dict[str, t.Any] = {
+            "id": self.id,
+            "content": self.content,
+            "userId": self.user_id,
+            "metadata": self.metadata,
+            "createdAt": format_time(self.created_at),
+            "updatedAt": format_time(self.updated_at),
+        }
+        if self.expires_at is not None:
+            out["expiresAt"] = format_time(self.expires_at)
+        if self.similarity is not None:
+            out["similarity"] = self.similarity
+        if self.matched_by is not None:
+            out["matchedBy"] = list(self.matched_by)
+        return out

@@ -1,0 +1,135 @@
+"""Helpers for the client's tests: keys with their ids, request recording, a lossy proxy."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import typing as t
+
+import httpx
+import requests
+
+from tests.support.servers import Server
+
+
+def create_key(server: Server, tenant: str) -> tuple[str, str]:
+    """A new API key's record id and secret, through keys.create."""
+    resp = requests.post(
+        server.trpc + "/keys.create",
+        json={"name": "client-tests"},
+        headers={"Authorization": f"Bearer {server.token(tenant)}"},
+        timeout=30,
+    )
+    resp.raise_for_status()
+    data = resp.json()["result"]["data"]
+    return data["id"], data["secret"]
+
+
+class Recorder:
+    """httpx event hooks that keep each request's procedure and input."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, t.Any]] = []
+        self.opened: list[httpx.Client] = []
+
+    def _record(self, request: httpx.Request) -> None:
+        procedure = request.url.path.rsplit("/", 1)[-1]
+        if request.method == "GET":
+            raw = request.url.params.get("input")
+            payload = json.loads(raw) if raw else None
+        else:
+            payload = json.loads(request.content)
+        self.calls.append((procedure, payload))
+
+    def procedures(self) -> list[str]:
+        return [p for p, _ in self.calls]
+
+    def inputs(self, procedure: str) -> list[t.Any]:
+        return [i for p, i in self.calls if p == procedure]
+
+    def client(self) -> httpx.Client:
+        """A client that records; the fixture closes it (Memsvc leaves one given to it open)."""
+        self.opened.append(httpx.Client(event_hooks={"request": [self._record]}))
+        return self.opened[-1]
+
+    def async_client(self) -> httpx.AsyncClient:
+        """A client that records; the test closes it (async with)."""
+
+        async def record(request: httpx.Request) -> None:
+            self._record(request)
+
+        return httpx.AsyncClient(event_hooks={"request": [record]})
+
+
+class DroppingProxy:
+    """A TCP proxy in front of memsvc that loses answers: for the first ``drop``
+    requests it lets the server answer, then closes the client's connection
+    without passing the answer on. The request was applied; the client cannot
+    know it.
+    """
+
+    def __init__(self, upstream: str, drop: int) -> None:
+        parsed = httpx.URL(upstream)
+        self.upstream = (parsed.host, parsed.port or 80)
+        self.drop = drop
+        self.requests = 0
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, socket.create_connection(self.upstream) as up:
+            from_client, from_server = conn.makefile("rb"), up.makefile("rb")
+            while True:
+                request = _http_message(from_client)
+                if request is None:
+                    return
+                up.sendall(request)
+                answer = _http_message(from_server)
+                with self.lock:
+                    self.requests += 1
+                    lose = self.dropped < self.drop
+                    self.dropped += lose
+                if lose or answer is None:
+                    conn.shutdown(socket.SHUT_RDWR)
+                    return
+                conn.sendall(answer)
+
+
+def _http_message(stream: t.BinaryIO) -> bytes | None:
+    """One HTTP/1.1 request or response with a Content-Length body (or none), or None at EOF."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = stream.readline()
+        if not line:
+            return None
+        head += line
+    length = 0
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return head + stream.read(length)
+
+
+def refused_url() -> str:
+    """A loopback URL where nothing listens: connecting to it is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # Bound, then closed without listening: the port is free and refuses.
+    return f"http://127.0.0.1:{port}"
