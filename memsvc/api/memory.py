@@ -67,9 +67,9 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("getById", input=schemas.IdInput(), output=schemas.memory_out)
+@router.query("getById", input=schemas.MemoryIdInput(), output=schemas.memory_out)
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.get(store(), call.caller.tenant, params["id"])
+    return memories.get(store(), call.caller.tenant, params["id"], user_id=params["userId"])
 
 
 @router.mutation("update", input=schemas.UpdateInput(), output=schemas.memory_out)
@@ -79,20 +79,23 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
         embedder(),
         call.caller.tenant,
         params["id"],
+        user_id=params["userId"],
         content=params.get("content", memories.UNSET),
         metadata=params.get("metadata", memories.UNSET),
         expires_at=params.get("expiresAt", memories.UNSET),
     )
 
 
-@router.query("history", input=schemas.IdInput(), output=schemas.versions_out)
+@router.query("history", input=schemas.MemoryIdInput(), output=schemas.versions_out)
 def history(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.history(store(), call.caller.tenant, params["id"], max_bytes=call.budget)
+    return memories.history(
+        store(), call.caller.tenant, params["id"], user_id=params["userId"], max_bytes=call.budget
+    )
 
 
-@router.mutation("delete", input=schemas.IdInput())
+@router.mutation("delete", input=schemas.MemoryIdInput())
 def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
-    memories.delete(store(), call.caller.tenant, params["id"])
+    memories.delete(store(), call.caller.tenant, params["id"], user_id=params["userId"])
     return {"success": True}
 
 

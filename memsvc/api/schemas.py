@@ -241,8 +241,15 @@ class IdInput(Input):
     id = Uuid(required=True)
 
 
+class MemoryIdInput(IdInput):
+    #: Optional: the memory must also belong to this end user (else 404), so
+    #: a client acting for one user cannot reach another's by id.
+    userId = Text("MAX_USER_ID_CHARS", load_default=None)
+
+
 class UpdateInput(Input):
     id = Uuid(required=True)
+    userId = Text("MAX_USER_ID_CHARS", load_default=None)
     content = Text("MAX_CONTENT_CHARS")
     metadata = Metadata(allow_none=True)
     expiresAt = Timestamp(future=True, allow_none=True)

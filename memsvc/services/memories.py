@@ -181,10 +181,16 @@ def _too_large() -> PayloadTooLarge:
     )
 
 
-def get(store: Store, tenant: str, memory_id: str) -> Memory:
+def _mine(memory: Memory | None, user_id: str | None) -> bool:
+    """Visible, and of ``user_id`` when one is given."""
+    return memory is not None and (user_id is None or memory.user_id == user_id)
+
+
+def get(store: Store, tenant: str, memory_id: str, *, user_id: str | None = None) -> Memory:
+    """The memory, or :class:`NotFound` (also when ``user_id`` is given and it is another's)."""
     with store.read():
         memory = store.get_memory(tenant, memory_id, clock.now_ms())
-    if memory is None:
+    if memory is None or not _mine(memory, user_id):
         raise _not_found()
     return memory
 
@@ -195,6 +201,7 @@ def update(
     tenant: str,
     memory_id: str,
     *,
+    user_id: str | None = None,
     content: t.Any = UNSET,
     metadata: t.Any = UNSET,
     expires_at: t.Any = UNSET,
@@ -209,7 +216,7 @@ def update(
     with store.write():
         now = clock.now_ms()
         found = store.locate(tenant, memory_id, now)
-        if found is None:
+        if found is None or not _mine(found[1], user_id):
             raise _not_found()
         seq, previous = found
         updated = dataclasses.replace(
@@ -226,7 +233,12 @@ def update(
 
 
 def history(
-    store: Store, tenant: str, memory_id: str, max_bytes: int | None = None
+    store: Store,
+    tenant: str,
+    memory_id: str,
+    *,
+    user_id: str | None = None,
+    max_bytes: int | None = None,
 ) -> list[Version]:
     """A memory's versions, oldest first; the last is the current one.
 
@@ -234,7 +246,7 @@ def history(
     """
     with store.read():
         found = store.locate(tenant, memory_id, clock.now_ms())
-        if found is None:
+        if found is None or not _mine(found[1], user_id):
             raise _not_found()
         seq, memory = found
         if max_bytes is not None and store.versions_size(seq) > max_bytes:
@@ -247,9 +259,9 @@ def history(
     ]
 
 
-def delete(store: Store, tenant: str, memory_id: str) -> None:
+def delete(store: Store, tenant: str, memory_id: str, *, user_id: str | None = None) -> None:
     with store.write():
-        if store.get_memory(tenant, memory_id, clock.now_ms()) is None:
+        if not _mine(store.get_memory(tenant, memory_id, clock.now_ms()), user_id):
             raise _not_found()
         store.delete_memory(tenant, memory_id)
 

@@ -141,6 +141,41 @@ def test_update_and_history_of_another_tenants_memory_are_not_found(configured, 
     )
 
 
+def test_a_user_id_given_with_an_id_scopes_the_call_to_that_end_user(client, auth):
+    m = add(client, auth, "Bob's own note", user="bob")
+    calls = (
+        (query, "memory.getById", {}),
+        (query, "memory.history", {}),
+        (mutate, "memory.update", {"content": "overwritten by alice"}),
+        (mutate, "memory.delete", {}),
+    )
+    for call, proc, extra in calls:
+        body = {"id": m["id"], "userId": "alice", **extra}
+        assert_error(call(client, proc, body, headers=auth), 404, "NOT_FOUND", proc)
+    # Nothing happened to Bob's memory, and with his own userId every call works.
+    assert data(query(client, "memory.getById", {"id": m["id"]}, headers=auth))["content"] == (
+        "Bob's own note"
+    )
+    own = {"id": m["id"], "userId": "bob"}
+    assert data(query(client, "memory.getById", own, headers=auth))["id"] == m["id"]
+    assert len(data(query(client, "memory.history", own, headers=auth))) == 1
+    body = {**own, "content": "Bob's note, edited"}
+    assert data(mutate(client, "memory.update", body, headers=auth))["content"] == (
+        "Bob's note, edited"
+    )
+    assert data(mutate(client, "memory.delete", own, headers=auth)) == {"success": True}
+    assert_error(
+        query(client, "memory.getById", own, headers=auth), 404, "NOT_FOUND", "memory.getById"
+    )
+
+
+@pytest.mark.parametrize("user", ["", "x" * 5000, 7])
+def test_a_bad_scoping_user_id_is_400(client, auth, user):
+    m = add(client, auth, "anything")
+    resp = query(client, "memory.getById", {"id": m["id"], "userId": user}, headers=auth)
+    assert "userId" in assert_error(resp, 400, "BAD_REQUEST", "memory.getById")["message"]
+
+
 # -- deleteAll ------------------------------------------------------------------------------
 
 

@@ -251,14 +251,23 @@ def get_all_call(
     return Call("memory.getAll", _times(input, created_after, created_before))
 
 
+def by_id(memory_id: str, user_id: str | None) -> Json:
+    """The input naming one memory; with ``user_id``, only if it is that end user's."""
+    input: Json = {"id": memory_id}
+    if user_id is not None:
+        input["userId"] = user_id
+    return input
+
+
 def update_call(
     memory_id: str,
     content: str | Unset,
     metadata: t.Mapping[str, t.Any] | None | Unset,
     expires_at: datetime.datetime | None | Unset,
+    user_id: str | None = None,
 ) -> Call:
     """memory.update with the fields given (None clears metadata or expiry)."""
-    input: Json = {"id": memory_id}
+    input: Json = by_id(memory_id, user_id)
     if not isinstance(content, Unset):
         input["content"] = content
     if not isinstance(metadata, Unset):

@@ -168,9 +168,13 @@ class Memsvc:
                 return  # a short page is the last: no call for the empty one
             cursor = page[-1].id
 
-    def get(self, memory_id: str) -> Memory:
-        """The memory with this id (:class:`NotFound` outside the key's tenant)."""
-        return Memory.from_wire(self._call(Call("memory.getById", {"id": memory_id})))
+    def get(self, memory_id: str, *, user_id: str | None = None) -> Memory:
+        """The memory with this id (:class:`NotFound` outside the key's tenant).
+
+        With ``user_id``, :class:`NotFound` too when it is another end user's.
+        """
+        call = Call("memory.getById", _core.by_id(memory_id, user_id))
+        return Memory.from_wire(self._call(call))
 
     def update(
         self,
@@ -179,19 +183,26 @@ class Memsvc:
         content: str | Unset = UNSET,
         metadata: t.Mapping[str, t.Any] | None | Unset = UNSET,
         expires_at: datetime.datetime | None | Unset = UNSET,
+        user_id: str | None = None,
     ) -> Memory:
-        """Change a memory's content, metadata (None: clear) or expiry (None: never)."""
+        """Change a memory's content, metadata (None: clear) or expiry (None: never).
+
+        With ``user_id``, only if the memory is that end user's (else :class:`NotFound`).
+        """
         return Memory.from_wire(
-            self._call(_core.update_call(memory_id, content, metadata, expires_at))
+            self._call(_core.update_call(memory_id, content, metadata, expires_at, user_id))
         )
 
-    def history(self, memory_id: str) -> list[dict[str, t.Any]]:
+    def history(self, memory_id: str, *, user_id: str | None = None) -> list[dict[str, t.Any]]:
         """The memory's versions, oldest first, as the server gives them."""
-        return t.cast(list[dict[str, t.Any]], self._call(Call("memory.history", {"id": memory_id})))
+        return t.cast(
+            list[dict[str, t.Any]],
+            self._call(Call("memory.history", _core.by_id(memory_id, user_id))),
+        )
 
-    def delete(self, memory_id: str) -> None:
-        """Delete a memory for good."""
-        self._call(_core.mutation("memory.delete", {"id": memory_id}))
+    def delete(self, memory_id: str, *, user_id: str | None = None) -> None:
+        """Delete a memory for good (with ``user_id``: only if it is that end user's)."""
+        self._call(_core.mutation("memory.delete", _core.by_id(memory_id, user_id)))
 
     def delete_all(self, user_id: str) -> int:
         """Delete every memory of the user; returns how many there were."""

@@ -101,12 +101,6 @@ def _tool_errors(fn: Tool) -> Tool:
 def tools(client: AsyncMemsvc) -> list[tuple[Tool, ToolAnnotations]]:
     """The tools, each taking ``user_id`` first, with their hints for hosts."""
 
-    async def own(user_id: str, memory_id: str) -> Memory:
-        memory = await client.get(memory_id)
-        if memory.user_id != user_id:
-            raise ToolError(NOT_FOUND)
-        return memory
-
     async def add_memory(user_id: UserId, content: Content, metadata: Metadata = None) -> str:
         """Remember something about the user: store it as a new memory."""
         return _json(compact(await client.add(user_id, content, metadata=metadata)))
@@ -131,13 +125,12 @@ def tools(client: AsyncMemsvc) -> list[tuple[Tool, ToolAnnotations]]:
 
     async def get_memory(user_id: UserId, id: MemoryId) -> str:
         """One of the user's memories, by id."""
-        return _json(compact(await own(user_id, id)))
+        return _json(compact(await client.get(id, user_id=user_id)))
 
     async def update_memory(
         user_id: UserId, id: MemoryId, content: Content | None = None, metadata: Metadata = None
     ) -> str:
         """Change a memory's text and/or metadata (metadata is replaced whole)."""
-        await own(user_id, id)
         changes: dict[str, t.Any] = {}
         if content is not None:
             changes["content"] = content
@@ -145,12 +138,11 @@ def tools(client: AsyncMemsvc) -> list[tuple[Tool, ToolAnnotations]]:
             changes["metadata"] = metadata
         if not changes:
             raise ToolError("Nothing to update: give content and/or metadata")
-        return _json(compact(await client.update(id, **changes)))
+        return _json(compact(await client.update(id, user_id=user_id, **changes)))
 
     async def delete_memory(user_id: UserId, id: MemoryId) -> str:
         """Delete one of the user's memories for good."""
-        await own(user_id, id)
-        await client.delete(id)
+        await client.delete(id, user_id=user_id)
         return _json({"deleted": id})
 
     async def delete_all_memories(user_id: UserId, confirm: Confirm) -> str:

@@ -217,6 +217,28 @@ def test_another_tenants_memory_is_not_found(server: Server, memsvc: Memsvc, use
     assert memsvc.get(mine.id).content == "tenant acme's memory"
 
 
+def test_user_id_keeps_calls_by_id_to_that_end_user(memsvc: Memsvc, user: str) -> None:
+    theirs = memsvc.add(user + "-other", "another end user's memory")
+    for attempt in (
+        lambda: memsvc.get(theirs.id, user_id=user),
+        lambda: memsvc.history(theirs.id, user_id=user),
+        lambda: memsvc.update(theirs.id, content="overwritten", user_id=user),
+        lambda: memsvc.delete(theirs.id, user_id=user),
+    ):
+        with pytest.raises(NotFound):
+            attempt()
+    assert memsvc.get(theirs.id) == theirs
+    mine = memsvc.add(user, "my memory")
+    assert memsvc.get(mine.id, user_id=user) == mine
+    assert memsvc.update(mine.id, content="my memory, edited", user_id=user).content == (
+        "my memory, edited"
+    )
+    assert len(memsvc.history(mine.id, user_id=user)) == 2
+    memsvc.delete(mine.id, user_id=user)
+    with pytest.raises(NotFound):
+        memsvc.get(mine.id)
+
+
 def test_the_key_is_read_from_the_environment_and_never_shown(
     server: Server, api_key: str, user: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
