@@ -66,7 +66,8 @@ docs: install
 # traffic, ten times the fuzzing; prints its figures at the end.
 soak: install $(NODE_CLIENT)/node_modules/.installed
 	MEMSVC_SOAK_CYCLES=20 MEMSVC_SOAK_SECONDS=60 MEMSVC_SOAK_SCALE=10 \
-		$(BIN)/pytest tests/reliability -p no:cacheprovider
+		$(BIN)/pytest tests/reliability tests/e2e/test_hostile.py tests/e2e/test_hostile_calls.py \
+		-p no:cacheprovider
 
 bench: install
 	$(BIN)/python -m bench.storage

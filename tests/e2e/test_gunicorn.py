@@ -119,6 +119,18 @@ def test_a_busy_port_stops_start_up_at_once_naming_memsvc_bind(server, tmp_path,
     assert seconds < 5
 
 
+def test_too_few_threads_for_the_concurrency_limit_is_warned_of(server, tmp_path):
+    assert "MEMSVC_CONCURRENCY_LIMIT" not in server.output()  # 2 x 8 threads > 10
+    few = start_server(tmp_path, WEB_CONCURRENCY="1", MEMSVC_THREADS="6")
+    try:
+        assert (
+            "memsvc: warning: 1 worker(s) x 6 threads = 6 threads, not above "
+            "MEMSVC_CONCURRENCY_LIMIT (10)"
+        ) in few.output()
+    finally:
+        few.stop()
+
+
 def test_the_access_log_has_no_query_strings_unless_asked(server, tmp_path):
     key = server.create_key()
     secret_query = "my neighbour's name is Zbigniew"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import socket
 import threading
 import time
@@ -95,7 +96,7 @@ def under_attack(server, attack, connections: int, seconds: float) -> list[float
 
 def test_slow_headers_hold_no_thread_and_are_cut_at_the_deadline(strict):
     head = b"GET /trpc/memory.getAll HTTP/1.1\r\nHost: x\r\nx-padding: " + b"a" * 200
-    connections = 24 * SCALE  # 3x the server's 8 threads
+    connections = 24 * SCALE  # more than the server's 2 x 8 threads
     started = time.monotonic()
     times, answers = under_attack(
         strict, lambda stop: trickle(strict, head, 0.5, stop), connections, 4
@@ -172,3 +173,40 @@ def test_a_request_line_over_the_limit_is_refused_before_the_rest_arrives(strict
     assert resp.status_code == 200
     # The log holds neither URL: no line is longer than a few hundred bytes.
     assert max(len(line) for line in strict.output().splitlines()) < 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_parallel_endless_request_lines_cost_the_workers_next_to_nothing(strict):
+    pid = strict.proc.pid
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        workers = [int(p) for p in f.read().split()]
+    before = sum(cpu_seconds(w) for w in workers)
+    line = b"GET /trpc/memory.getAll?input=" + b"a" * (8 * 1024 * 1024)
+
+    def attack(stop):
+        with socket.create_connection(address(strict), timeout=30) as sock:
+            try:
+                sock.sendall(line)  # 8 MiB, never ended
+            except OSError:
+                pass  # cut off at the limit: what was said?
+            return answer_of(sock, 5)
+
+    connections = 4 * SCALE
+    started = time.monotonic()
+    times, answers = under_attack(strict, attack, connections, 2)
+    seconds = time.monotonic() - started
+    spent = sum(cpu_seconds(w) for w in workers) - before
+    assert all(a.startswith(b"HTTP/1.1 400 ") or a == b"" for a in answers), answers
+    assert any(a.startswith(b"HTTP/1.1 400 ") for a in answers)
+    assert max(times) < 1.0, times
+    assert spent < 1.0 * connections, spent
+    figures.report(
+        f"hostile load: {connections} parallel 8 MiB request lines: refused 400 at 1 MiB, "
+        f"workers' CPU {spent:.2f} s in all, {len(times)} legit calls meanwhile, slowest "
+        f"{max(times) * 1000:.0f} ms ({seconds:.1f} s)"
+    )

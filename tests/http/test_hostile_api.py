@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 
 import pytest
@@ -162,6 +163,7 @@ def test_one_database_reached_by_two_paths_shares_one_set_of_limits(make_app, tm
         query(c, "memory.getAll", {"userId": "u"}, headers=auth).status_code for c in (a, b, a, b)
     ]
     assert statuses == [200, 200, 200, 429]
+    shutil.rmtree(folder)  # the default folder is under /dev/shm, not tmp_path
 
 
 # -- storage that takes no writes ------------------------------------------------------------

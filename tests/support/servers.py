@@ -80,7 +80,6 @@ def server_env(db_path: pathlib.Path, port: int, **settings: str) -> dict[str, s
             "MEMSVC_DATABASE": str(db_path),
             "MEMSVC_BIND": f"127.0.0.1:{port}",
             "WEB_CONCURRENCY": "2",
-            "MEMSVC_THREADS": "4",
             "MEMSVC_JWT_SECRET": secrets.token_urlsafe(32),
             "MEMSVC_LIMITS_DIR": str(db_path.parent / "limits"),
             "MEMSVC_MODEL_CACHE_DIR": MODEL_CACHE,
