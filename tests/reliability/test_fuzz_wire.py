@@ -306,14 +306,19 @@ def _unicode(value: str) -> bool:
     return True
 
 
-def text_ok(value: t.Any, limit: int) -> bool:
+def text_ok(value: t.Any, limit: int, printable: bool = False) -> bool:
     return (
         isinstance(value, str)
         and bool(value.strip())
         and len(value) <= limit
         and "\x00" not in value
         and _unicode(value)
+        and not (printable and any(unicodedata.category(c) in UNPRINTABLE for c in value))
     )
+
+
+#: Unicode categories a key name may not hold: it reaches operators' terminals.
+UNPRINTABLE = ("Cc", "Cf", "Zl", "Zp")
 
 
 def whole_in(value: t.Any, lo: int, hi: int) -> bool:
@@ -457,7 +462,7 @@ class Wire:
         if proc == "keys.list":
             return 200
         if proc == "keys.create":
-            return 200 if text_ok(fields.get("name"), MAX_NAME) else 400
+            return 200 if text_ok(fields.get("name"), MAX_NAME, printable=True) else 400
         if proc in ("memory.getById", "memory.delete", "keys.revoke"):
             if not uuid_ok(fields.get("id")):
                 return 400
@@ -580,6 +585,8 @@ def fuzz_app(make_app):
         app = make_app(
             RATE_LIMIT_PER_MINUTE=0,
             CONCURRENCY_LIMIT=0,
+            KEYS_RATE_LIMIT_PER_MINUTE=0,
+            MAX_KEYS_PER_TENANT=0,
             JWT_SECRET=JWT_SECRET,
             PROPAGATE_EXCEPTIONS=False,
             **settings,
@@ -602,6 +609,8 @@ def model_wire(make_app):
         make_app(
             RATE_LIMIT_PER_MINUTE=0,
             CONCURRENCY_LIMIT=0,
+            KEYS_RATE_LIMIT_PER_MINUTE=0,
+            MAX_KEYS_PER_TENANT=0,
             JWT_SECRET=JWT_SECRET,
             PROPAGATE_EXCEPTIONS=False,
         )
@@ -1055,6 +1064,11 @@ def test_injection_looking_strings_are_stored_and_returned_verbatim(wire, hostil
     elif field == "metadata value":
         metadata = {"k": [hostile, {"nested": hostile}]}
     if field == "name":
+        if not text_ok(hostile, MAX_NAME, printable=True):
+            # Control characters (a bidi override, a line break) are refused in key names.
+            resp = wire.call("keys.create", {"name": hostile})
+            assert resp.status_code == 400, resp.get_json()
+            return
         created = wire.ok(wire.call("keys.create", {"name": hostile}))
         assert created["name"] == hostile
         wire.key_tenants[created["id"]] = "tenant-A"

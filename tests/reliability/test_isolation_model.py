@@ -77,6 +77,8 @@ class IsolationMachine(RuleBasedStateMachine):
                 "LIMITS_DIR": f"{root}/limits",
                 "RATE_LIMIT_PER_MINUTE": 0,
                 "CONCURRENCY_LIMIT": 0,
+                "KEYS_RATE_LIMIT_PER_MINUTE": 0,
+                "MAX_KEYS_PER_TENANT": 0,
                 "JWT_SECRET": JWT_SECRET,
                 "SEARCH_CACHE_MB": self.search_cache_mb,
             },
