@@ -39,6 +39,7 @@ Json = dict[str, t.Any]
 
 
 def ref(name: str) -> Json:
+    """A reference to a schema of the document's components."""
     return {"$ref": f"#/components/schemas/{name}"}
 
 
@@ -627,6 +628,7 @@ def document(app: Flask) -> Json:
 
 @bp.get("/openapi.json")
 def openapi_json() -> Response:
+    """The document, for this server's procedures and settings."""
     # Built once per worker: the registry and the settings do not change while it runs.
     cached = current_app.extensions.get("openapi")
     if cached is None:

@@ -29,6 +29,7 @@ def response_schema(doc: dict, procedure: str, status: int) -> dict:
 
 
 def input_schema(doc: dict, procedure: str) -> dict:
+    """The JSON Schema of a procedure's input: its JSON body or its ``input`` parameter."""
     op = operation(doc, procedure)
     if "requestBody" in op:
         return op["requestBody"]["content"]["application/json"]["schema"]
