@@ -452,7 +452,10 @@ def _error_responses() -> Json:
     }
     out = {}
     for status, (name, description) in _ERRORS.items():
-        response: Json = {"description": description, "content": {JSON: {"schema": ref("ErrorEnvelope")}}}
+        response: Json = {
+            "description": description,
+            "content": {JSON: {"schema": ref("ErrorEnvelope")}},
+        }
         if status in (429, 503):
             response["headers"] = retry_after
         out[name] = response
