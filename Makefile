@@ -11,6 +11,8 @@ PY_SOURCES := memsvc tests bench clients/python wsgi.py gunicorn.conf.py
 # memsvc's own Python client and MCP server (clients/python), installed
 # editable into the same venv so its tests run against this server.
 PY_CLIENT := clients/python
+# The TypeScript package; `npm ci` also builds it (its prepare script runs tsc).
+TS_CLIENT := clients/ts
 
 .PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean
 
@@ -29,6 +31,10 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: install
 	$(BIN)/memsvc init-db
 	$(BIN)/memsvc run
@@ -37,7 +43,7 @@ serve: install
 	$(BIN)/gunicorn wsgi:app
 
 # Everything CI checks: lint, formatting, types, then every test.
-test: check $(NODE_CLIENT)/node_modules/.installed
+test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.installed
 	$(BIN)/pytest
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
@@ -88,3 +94,4 @@ eval: install
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info
+	rm -rf $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/build

@@ -17,6 +17,7 @@ from ..errors import for_code
 from . import health
 from . import keys
 from . import memory
+from . import openapi
 from . import service
 from . import trpc
 from .context import release_store
@@ -25,11 +26,12 @@ _CODE_FOR_STATUS = {status: code for code, status in HTTP_STATUS.items()}
 
 
 def init_app(app: Flask) -> None:
-    """Mount the API on ``app``: /trpc with its routers, /health, JSON errors everywhere."""
+    """Mount the API on ``app``: /trpc and its routers, /health, /openapi.json, JSON errors."""
     app.teardown_appcontext(release_store)
     app.extensions["trpc"] = {}
     app.register_blueprint(trpc.bp)
     app.register_blueprint(health.bp)
+    app.register_blueprint(openapi.bp)
     app.register_blueprint(memory.router)
     app.register_blueprint(keys.router)
     app.register_blueprint(service.router)

@@ -175,6 +175,12 @@ class Timestamp(fields.Field):
             ) from None
         if parsed.tzinfo is None:
             raise ValidationError("must say its time zone (Z or an offset such as +02:00)")
+        try:
+            # Answers show times in UTC as toISOString does, which has no
+            # form for a year past 9999 (or before 1) that ISO 8601 readers take.
+            parsed.astimezone(datetime.UTC)
+        except OverflowError:
+            raise ValidationError("must be within the years 0001 to 9999 in UTC") from None
         ms = int(parsed.timestamp() * 1000)
         if self.future and ms <= clock.now_ms():
             raise ValidationError("must be in the future")

@@ -1,0 +1,379 @@
+// Generated from memsvc's OpenAPI document (GET /openapi.json) by scripts/generate.mjs.
+// Do not edit: run `npm run generate -- <URL of a memsvc's /openapi.json>`.
+
+import { initTRPC } from "@trpc/server";
+
+export interface AddMemoryInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  /** 1 to 65536 characters. */
+  content: string;
+  /**
+   * Any JSON object, up to 65536 bytes as compact JSON and 32 levels deep.
+   * @default {}
+   */
+  metadata?: {
+    [key: string]: unknown;
+  };
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), in the future; e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  expiresAt?: string | null;
+  /** @default false */
+  dedupe?: boolean;
+}
+
+export interface ApiKey {
+  /**
+   * The key record's id, which keys.revoke takes.
+   * format: uuid.
+   */
+  id: string;
+  /** The tenant. */
+  idpUserId: string;
+  idpKeyId: string;
+  name: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  lastUsedAt: string | null;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  createdAt: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  revokedAt: string | null;
+}
+
+export interface CreateKeyInput {
+  /** 1 to 256 characters. */
+  name: string;
+}
+
+export interface CreatedKey {
+  /**
+   * The key record's id, which keys.revoke takes.
+   * format: uuid.
+   */
+  id: string;
+  /** The tenant. */
+  idpUserId: string;
+  idpKeyId: string;
+  name: string;
+  /** Shown in this answer only, never again. */
+  secret: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  createdAt: string;
+}
+
+export interface DeleteAllResult {
+  success: true;
+  /** at least 0. */
+  deleted: number;
+}
+
+export type ErrorCode = "BAD_REQUEST" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "METHOD_NOT_SUPPORTED" | "TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "TOO_MANY_REQUESTS" | "INTERNAL_SERVER_ERROR" | "SERVICE_UNAVAILABLE";
+
+/** Every error, whatever its cause. The code is a string (tRPC puts numbers there); the HTTP status equals data.httpStatus. */
+export interface ErrorEnvelope {
+  error: {
+    /** For people. */
+    message: string;
+    code: ErrorCode;
+    data: {
+      code: ErrorCode;
+      httpStatus: 400 | 401 | 403 | 404 | 405 | 408 | 413 | 415 | 429 | 500 | 503;
+      /** The procedure that failed; absent when none could be named. */
+      path?: string;
+    };
+  };
+}
+
+/** Conditions on metadata, all of which must hold. A key is a metadata key (a dotted key a.b reaches into nested objects); its value is a JSON value that the metadata value must equal, or an object with exactly one operator. gt, gte, lt and lte compare numbers with numbers and strings as ISO 8601 timestamps with a zone. */
+export interface Filter {
+  [key: string]: FilterCondition;
+}
+
+export type FilterCondition = string | number | boolean | null | unknown[] | {
+  eq: unknown;
+} | {
+  ne: unknown;
+} | {
+  in: unknown[];
+} | {
+  nin: unknown[];
+} | {
+  /** format: date-time. */
+  gt: number | string;
+} | {
+  /** format: date-time. */
+  gte: number | string;
+} | {
+  /** format: date-time. */
+  lt: number | string;
+} | {
+  /** format: date-time. */
+  lte: number | string;
+} | {
+  exists: boolean;
+} | {
+  contains: unknown;
+};
+
+export interface GetAllInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  filter?: Filter | null;
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  createdAfter?: string | null;
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  createdBefore?: string | null;
+  /**
+   * 1 to 1000.
+   * @default 100
+   */
+  limit?: number;
+  /** format: uuid. */
+  cursor?: string | null;
+}
+
+export interface Health {
+  status: "ok" | "error";
+  db: "connected" | "disconnected";
+  /** Epoch milliseconds. */
+  timestamp: number;
+}
+
+export interface IdInput {
+  /** format: uuid. */
+  id: string;
+}
+
+export interface Memory {
+  /** format: uuid. */
+  id: string;
+  content: string;
+  /** The end user, as given. */
+  userId: string;
+  /** The tenant that owns it. */
+  idpUserId: string;
+  metadata: {
+    [key: string]: unknown;
+  };
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  createdAt: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  updatedAt: string;
+  /**
+   * When it vanishes; absent when never.
+   * format: date-time.
+   */
+  expiresAt?: string;
+}
+
+export interface MemoryIdInput {
+  /** format: uuid. */
+  id: string;
+  /** 1 to 256 characters. */
+  userId?: string | null;
+}
+
+export interface MemoryVersion {
+  /** at least 1. */
+  version: number;
+  content: string;
+  metadata: {
+    [key: string]: unknown;
+  };
+  event: "add" | "update";
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  at: string;
+}
+
+export interface SearchInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  filter?: Filter | null;
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  createdAfter?: string | null;
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  createdBefore?: string | null;
+  /** 1 to 65536 characters. */
+  query: string;
+  /** @default "semantic" */
+  mode?: "semantic" | "keyword" | "hybrid";
+  /**
+   * 1 to 100.
+   * @default 10
+   */
+  limit?: number;
+  /**
+   * 0 to 1.
+   * @default 0.7
+   */
+  threshold?: number;
+}
+
+export interface SearchResult {
+  /** format: uuid. */
+  id: string;
+  content: string;
+  /** The end user, as given. */
+  userId: string;
+  /** The tenant that owns it. */
+  idpUserId: string;
+  metadata: {
+    [key: string]: unknown;
+  };
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  createdAt: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  updatedAt: string;
+  /**
+   * When it vanishes; absent when never.
+   * format: date-time.
+   */
+  expiresAt?: string;
+  /**
+   * Cosine similarity of the query and the memory, clamped into [0, 1].
+   * 0 to 1.
+   */
+  similarity: number;
+  /** Which searches found it (keyword and hybrid modes). */
+  matchedBy?: Array<"keyword" | "semantic">;
+}
+
+export interface ServiceInfo {
+  version: string;
+  embedder: {
+    model: string;
+    /** at least 1. */
+    dimensions: number;
+    maxTokens: number | null;
+    /** 0 to 1. */
+    recommendedThreshold: number | null;
+  };
+  defaults: {
+    /** 0 to 1. */
+    threshold: number;
+    /** at least 1. */
+    limit: number;
+  };
+  /** The calling key's limits, its own overrides included. */
+  limits: {
+    /**
+     * 0: none.
+     * at least 0.
+     */
+    perMinute: number;
+    /**
+     * 0: none.
+     * at least 0.
+     */
+    concurrent: number;
+  };
+}
+
+export interface Success {
+  success: true;
+}
+
+/** Give at least one of content, metadata, expiresAt. */
+export interface UpdateInput {
+  /** format: uuid. */
+  id: string;
+  /** 1 to 256 characters. */
+  userId?: string | null;
+  /** 1 to 65536 characters. */
+  content?: string;
+  /** Any JSON object, up to 65536 bytes as compact JSON and 32 levels deep. */
+  metadata?: {
+    [key: string]: unknown;
+  } | null;
+  /**
+   * ISO 8601 with its zone (Z or an offset such as +02:00), in the future; e.g. 2026-11-23T10:00:00Z.
+   * format: date-time.
+   */
+  expiresAt?: string | null;
+}
+
+export interface UserInput {
+  /** 1 to 256 characters. */
+  userId: string;
+}
+
+// -- the router ------------------------------------------------------------------
+
+const t = initTRPC.create();
+
+// A parser that only carries a type: this router is never run, memsvc is the server.
+const is =
+  <T>() =>
+  (value: unknown): T =>
+    value as T;
+const served =
+  <T>() =>
+  (): T => {
+    throw new Error("memsvc's procedures run on the memsvc server");
+  };
+
+const appRouter = t.router({
+  keys: t.router({
+    create: t.procedure.input(is<CreateKeyInput>()).mutation(served<CreatedKey>()),
+    list: t.procedure.query(served<ApiKey[]>()),
+    revoke: t.procedure.input(is<IdInput>()).mutation(served<Success>()),
+  }),
+  memory: t.router({
+    add: t.procedure.input(is<AddMemoryInput>()).mutation(served<Memory>()),
+    delete: t.procedure.input(is<MemoryIdInput>()).mutation(served<Success>()),
+    deleteAll: t.procedure.input(is<UserInput>()).mutation(served<DeleteAllResult>()),
+    getAll: t.procedure.input(is<GetAllInput>()).query(served<Memory[]>()),
+    getById: t.procedure.input(is<MemoryIdInput>()).query(served<Memory>()),
+    history: t.procedure.input(is<MemoryIdInput>()).query(served<MemoryVersion[]>()),
+    search: t.procedure.input(is<SearchInput>()).query(served<SearchResult[]>()),
+    update: t.procedure.input(is<UpdateInput>()).mutation(served<Memory>()),
+  }),
+  service: t.router({
+    info: t.procedure.query(served<ServiceInfo>()),
+  }),
+});
+
+/** memsvc's procedures with their input and output types, for `createTRPCClient<AppRouter>`. */
+export type AppRouter = typeof appRouter;
+

@@ -1,0 +1,51 @@
+// memsvc-client: a typed @trpc/client for memsvc.
+
+import { createTRPCClient, httpBatchLink, httpLink } from "@trpc/client";
+import type { TRPCClient } from "@trpc/client";
+
+import { memsvcFetcher } from "./fetch.js";
+import type { AppRouter } from "./generated.js";
+
+export { TRPCClientError, isTRPCClientError } from "@trpc/client";
+export { TRPC_CODES, memsvcFetch, memsvcFetcher } from "./fetch.js";
+export type * from "./generated.js";
+
+export interface MemsvcClientOptions {
+  /** The server's root URL, e.g. `http://127.0.0.1:8000`; the client adds `/trpc`. */
+  url: string;
+  /** An API key (`sk_memsvc_...`): the `memory` and `service` procedures need one. */
+  apiKey?: string;
+  /** An identity-provider JWT naming the tenant: the `keys` procedures need one. */
+  token?: string;
+  /**
+   * Send the calls made in the same tick in one request (`httpBatchLink`), or
+   * each on its own (`httpLink`). Default: true.
+   */
+  batch?: boolean;
+  /** At most this many calls per batch: the server's `MEMSVC_MAX_BATCH_SIZE`. Default: 100. */
+  maxBatchSize?: number;
+  /** More headers for every request. */
+  headers?: Record<string, string>;
+  /** The fetch underneath (default: the global one); memsvc's error adapter wraps it. */
+  fetch?: typeof fetch;
+}
+
+/** A memsvc client: `client.memory.add.mutate({ userId, content })` and so on. */
+export type MemsvcClient = TRPCClient<AppRouter>;
+
+/** A @trpc/client proxy for a memsvc server, typed by memsvc's router. */
+export function createMemsvcClient(options: MemsvcClientOptions): MemsvcClient {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.apiKey) headers["x-api-key"] = options.apiKey;
+  if (options.token) headers["authorization"] = `Bearer ${options.token}`;
+  const common = {
+    url: options.url.replace(/\/+$/, "") + "/trpc",
+    headers: () => headers,
+    fetch: memsvcFetcher(options.fetch),
+  };
+  const link =
+    options.batch === false
+      ? httpLink(common)
+      : httpBatchLink({ ...common, maxItems: options.maxBatchSize ?? 100 });
+  return createTRPCClient<AppRouter>({ links: [link] });
+}

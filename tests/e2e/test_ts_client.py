@@ -1,0 +1,175 @@
+"""The TypeScript package clients/ts: its types, its examples, against real gunicorn.
+
+The examples are compiled with ``tsc --strict`` and run with node; one with a
+misspelt field must not compile. The package's types are generated from
+GET /openapi.json, and the committed ones must be what the current server's
+document gives. Everything comes from ``npm ci`` (``make test`` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+
+import pytest
+import requests
+
+from tests.support.servers import REPO
+
+pytestmark = pytest.mark.e2e
+
+PACKAGE = REPO / "clients" / "ts"
+TSC = PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"
+
+
+def node() -> str:
+    path = shutil.which("node")
+    if path is None or not TSC.exists():
+        pytest.fail("needs node and clients/ts's packages: run `make test`, which installs them")
+    return path
+
+
+def run(*args: str | pathlib.Path, cwd: pathlib.Path = PACKAGE, **env: str) -> str:
+    result = subprocess.run(
+        [node(), *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """The package built, and its examples compiled under --strict, runnable as a user's code."""
+    run(TSC, "-p", "tsconfig.json")
+    out = tmp_path_factory.mktemp("ts-examples")
+    run(TSC, "-p", "examples/tsconfig.json", "--strict", "--outDir", out)
+    # Where a project that installed the package would find it.
+    (out / "node_modules").mkdir()
+    (out / "node_modules" / "memsvc-client").symlink_to(PACKAGE, target_is_directory=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def document(server):
+    return requests.get(server.url + "/openapi.json", timeout=30).json()
+
+
+def procedures(document: dict) -> set[str]:
+    return {
+        op["x-trpc-procedure"]
+        for methods in document["paths"].values()
+        for op in methods.values()
+        if "x-trpc-procedure" in op
+    }
+
+
+def test_the_examples_compile_under_strict(examples):
+    assert (examples / "every-procedure.js").is_file()
+    assert (examples / "quickstart.js").is_file()
+
+
+def test_a_misspelt_field_does_not_compile():
+    result = subprocess.run(
+        [node(), str(TSC), "--noEmit", "--strict", "--module", "nodenext"]
+        + ["--moduleResolution", "nodenext", "--target", "es2022", "--types", "node"]
+        + ["examples/must-not-compile/misspelt.ts"],
+        cwd=PACKAGE,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "'contnet' does not exist in type 'AddMemoryInput'" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("batch", ["0", "1"], ids=["httpLink", "httpBatchLink"])
+def test_every_procedure_through_the_typed_client(server, examples, document, batch):
+    before = server.output().count("\n")
+    out = json.loads(
+        run(
+            "every-procedure.js",
+            cwd=examples,
+            MEMSVC_URL=server.url,
+            MEMSVC_API_KEY=server.create_key("tenant-A", f"ts-{batch}"),
+            MEMSVC_TOKEN=server.token("tenant-A"),
+            MEMSVC_BATCH=batch,
+        )
+    )
+    assert set(out["called"]) == procedures(document), "the example must call every procedure"
+    added = out["added"]
+    assert added["content"] == "Bob is training for the Berlin marathon"
+    assert added["metadata"] == {"topic": "sport", "level": 3} and "expiresAt" in added
+    assert out["dedupedTo"] == added["id"]
+    assert out["best"]["id"] == added["id"] and 0 < out["best"]["similarity"] <= 1
+    assert out["byId"] == added
+    assert out["pages"][1] == [added["id"]] and out["pages"][0] != out["pages"][1]
+    updated = out["updated"]
+    assert updated["content"] == "Bob ran the Berlin marathon" and updated["metadata"] == {}
+    assert "expiresAt" not in updated and updated["createdAt"] == added["createdAt"]
+    assert out["history"] == [[1, "add"], [2, "update"]]
+    assert out["info"] == {"model": "local:all-MiniLM-L6-v2", "dimensions": 384, "limit": 10}
+    assert out["deleted"] == {"success": True} and out["revoked"] == {"success": True}
+    assert out["deletedAll"] == {"success": True, "deleted": 1}
+    assert out["key"] == {"name": "every procedure", "secretPrefix": "sk_memsvc_", "listed": True}
+    assert out["notFound"] == {
+        "code": "NOT_FOUND",
+        "httpStatus": 404,
+        "path": "memory.getById",
+        "message": "Memory not found",
+    }
+    assert out["badRequest"]["code"] == "BAD_REQUEST" and out["badRequest"]["httpStatus"] == 400
+    assert "limit" in out["badRequest"]["message"]
+    # The access log shows the path of each request: batches join procedures with commas.
+    requests_made = server.output().splitlines()[before:]
+    batched = [line for line in requests_made if re.search(r"/trpc/[^ ]*,", line)]
+    assert bool(batched) == (batch == "1"), requests_made
+
+
+def test_the_quickstart_prints_what_the_docs_say(server, examples):
+    out = run(
+        "quickstart.js",
+        cwd=examples,
+        MEMSVC_URL=server.url,
+        MEMSVC_API_KEY=server.create_key("tenant-Q", "quickstart"),
+    )
+    assert re.fullmatch(r"\[ 'Carol likes jazz \(0\.\d\d\)' \]\nNOT_FOUND 404\n", out), out
+
+
+def test_the_docs_show_the_quickstart_as_compiled():
+    docs = (REPO / "docs" / "clients.md").read_text()
+    example = (PACKAGE / "examples" / "quickstart.ts").read_text()
+    assert f"```ts\n{example}```" in docs
+
+
+def test_the_committed_types_are_what_the_servers_document_gives(document, tmp_path):
+    saved = tmp_path / "openapi.json"
+    saved.write_text(json.dumps(document))
+    run("scripts/generate.mjs", saved, tmp_path / "generated.ts")
+    generated = (tmp_path / "generated.ts").read_text()
+    committed = (PACKAGE / "src" / "generated.ts").read_text()
+    assert generated == committed, (
+        "clients/ts/src/generated.ts is stale: with `make run` serving, run "
+        "`cd clients/ts && npm run generate -- http://127.0.0.1:8000/openapi.json`"
+    )
+
+
+def test_a_change_in_the_document_changes_the_types(document, tmp_path):
+    # The check above can fail: a new input field appears in the generated types.
+    changed = json.loads(json.dumps(document))
+    search = changed["components"]["schemas"]["SearchInput"]["properties"]
+    search["mode"] = {"type": "string", "enum": ["semantic", "keyword", "hybrid"]}
+    saved = tmp_path / "openapi.json"
+    saved.write_text(json.dumps(changed))
+    run("scripts/generate.mjs", saved, tmp_path / "generated.ts")
+    generated = (tmp_path / "generated.ts").read_text()
+    assert 'mode?: "semantic" | "keyword" | "hybrid";' in generated
+    assert generated != (PACKAGE / "src" / "generated.ts").read_text()
