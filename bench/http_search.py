@@ -108,12 +108,12 @@ def populate(db_path: str, n: int) -> None:
 
     from memsvc.embeddings.local import LocalEmbedder
     from memsvc.models import Memory
-    from memsvc.store import Store
+    from memsvc.store import SqliteStore
     from memsvc.store import connect
 
     texts = memories(n)
     vectors = LocalEmbedder().embed(texts)
-    store = Store(connect(db_path))
+    store = SqliteStore(connect(db_path))
     now = int(time.time() * 1000)
     with store.write():
         store.insert_memories(

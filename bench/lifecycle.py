@@ -41,7 +41,7 @@ from memsvc.search import filters  # noqa: E402
 from memsvc.search import nearest  # noqa: E402
 from memsvc.services import memories as service  # noqa: E402
 from memsvc.services import transfer  # noqa: E402
-from memsvc.store import Store  # noqa: E402
+from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
 
 DIMS = 384
@@ -74,7 +74,7 @@ def memory(user: str, i: int) -> Memory:
     return Memory(str(uuid.uuid4()), "bench", user, f"memory {i} of {user}", meta, i, i)
 
 
-def fill(store: Store, rng: np.random.Generator, centroids: np.ndarray) -> None:
+def fill(store: SqliteStore, rng: np.random.Generator, centroids: np.ndarray) -> None:
     batch: list[Memory] = []
     for i in range(LARGE):
         batch.append(memory("large", i))
@@ -107,7 +107,7 @@ def main() -> None:
     centroids = rng.standard_normal((TOPICS, DIMS))
     queries = draw(rng, centroids, args.queries)
     with tempfile.TemporaryDirectory() as tmp:
-        store = Store(connect(f"{tmp}/bench.sqlite3", mmap_mb=1024))
+        store = SqliteStore(connect(f"{tmp}/bench.sqlite3", mmap_mb=1024))
         store.migrate(Fixed.model_id, DIMS)
         started = time.perf_counter()
         fill(store, rng, centroids)
@@ -166,7 +166,7 @@ def main() -> None:
         n = transfer.export(store, exported)
         export_s = time.perf_counter() - started
         lines = exported.getvalue().splitlines(keepends=True)
-        target = Store(connect(f"{tmp}/imported.sqlite3"))
+        target = SqliteStore(connect(f"{tmp}/imported.sqlite3"))
         target.migrate(Fixed.model_id, DIMS)
         header, count = transfer.check(lines)
         started = time.perf_counter()

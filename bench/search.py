@@ -44,7 +44,7 @@ from memsvc.models import Memory  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
 from memsvc.search import nearest  # noqa: E402
 from memsvc.search.exact import exact_similarity  # noqa: E402
-from memsvc.store import Store  # noqa: E402
+from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
 
 DIMS = 1536
@@ -78,7 +78,7 @@ def pct(times: list[float], p: float) -> float:
     return float(np.percentile(times, p)) * 1000
 
 
-def build(path: str, n_large: int, seed: int) -> tuple[Store, np.ndarray, float]:
+def build(path: str, n_large: int, seed: int) -> tuple[SqliteStore, np.ndarray, float]:
     rng = np.random.default_rng(seed)
     centroids = rng.standard_normal((TOPICS, DIMS))
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
@@ -86,7 +86,7 @@ def build(path: str, n_large: int, seed: int) -> tuple[Store, np.ndarray, float]
         [np.full(n_large, -1), np.repeat(np.arange(SMALL_USERS), SMALL_MEMORIES)]
     )
     rng.shuffle(owners)
-    store = Store(connect(path, mmap_mb=1024))  # memsvc's default
+    store = SqliteStore(connect(path, mmap_mb=1024))  # memsvc's default
     store.migrate("bench:random", DIMS)
     started = time.perf_counter()
     for start in range(0, len(owners), 1000):
@@ -180,7 +180,7 @@ def run(n_large: int, n_queries: int, directory: str) -> list[tuple]:
     warm_recall, warm_err = recall(warm_results)
 
     # After a write through another connection: the next search must see it.
-    writer = Store(connect(path))
+    writer = SqliteStore(connect(path))
     cold_times = []
     for q in queries[:10]:
         with writer.write():

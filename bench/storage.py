@@ -27,7 +27,7 @@ import numpy as np
 
 from bench.report import recording
 from memsvc.models import Memory
-from memsvc.store import Store
+from memsvc.store import SqliteStore
 from memsvc.store import connect
 from memsvc.store.vec0 import CHUNK_SIZE as VECTOR_CHUNK_SIZE
 
@@ -44,7 +44,7 @@ def sentence(rng: np.random.Generator) -> str:
 def build(path: str, users: int, per_user: int, dims: int, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     conn = connect(path, synchronous="NORMAL")
-    store = Store(conn)
+    store = SqliteStore(conn)
     store.migrate("bench:random", dims)
     raw = 0
     started = time.perf_counter()

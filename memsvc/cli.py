@@ -30,6 +30,7 @@ from .services import keys as key_service
 from .services import maintenance
 from .services import transfer
 from .store import SCHEMA_VERSION
+from .store import SqliteStore
 from .store import Store
 from .text import InvalidText
 from .text import check_text
@@ -157,7 +158,7 @@ def init_db(ctx: Context) -> None:
     recorded = store.embedder()
     assert recorded is not None  # just migrated
     model, dims = recorded
-    click.echo(f"Database ready: {ctx.settings()['DATABASE']}")
+    click.echo(f"Database ready: {settings_table.database_shown(ctx.settings()['DATABASE'])}")
     click.echo(f"  schema version {SCHEMA_VERSION}, vectors from {model} ({dims} dimensions)")
     values = ctx.settings()
     if not (values["OIDC_ISSUER"] or values["JWKS_URL"] or values["JWT_SECRET"]):
@@ -296,11 +297,17 @@ def backup(ctx: Context, path: str, force: bool) -> None:
     from .store.backup import BackupError
     from .store.backup import backup as copy
 
+    store = ctx.store()
+    if not isinstance(store, SqliteStore):
+        raise click.ClickException(
+            "memsvc backup copies a SQLite database; back up PostgreSQL with pg_dump "
+            "(see docs/operations.md)"
+        )
     if os.path.exists(path) and not force:
         raise click.ClickException(f"{path} exists; choose another path or pass --force")
     started = time.monotonic()
     try:
-        counts = copy(ctx.store().conn, path)
+        counts = copy(store.conn, path)
     except (BackupError, OSError) as e:
         raise click.ClickException(f"backup failed: {e}") from None
     click.echo(

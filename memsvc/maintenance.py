@@ -44,16 +44,24 @@ class Maintenance(threading.Thread):
     def once(self) -> int:
         """One round; returns how many expired memories were removed."""
         store = self.runtime.store()
-        removed = memories.purge_expired(store)
-        if removed:
-            log.info("removed %d expired memories", removed)
-        erasures = store.erasures()
-        if erasures != self._erasures:
-            store.checkpoint()
-            self._erasures = erasures
-        if self.runtime.search_cache is not None:
-            self.runtime.search_cache.prune(store)
-        return removed
+        try:
+            removed = memories.purge_expired(store)
+            if removed:
+                log.info("removed %d expired memories", removed)
+            erasures = store.erasures()
+            if erasures != self._erasures:
+                store.checkpoint()
+                self._erasures = erasures
+            if self.runtime.search_cache is not None:
+                self.runtime.search_cache.prune(store)
+            sweep = getattr(self.runtime.limiter, "sweep", None)
+            if sweep is not None:
+                # PostgreSQL's shared limits: forget keys idle for minutes.
+                sweep()
+            return removed
+        finally:
+            store.reset()
+            self.runtime.release()
 
     def stop(self) -> None:
         self.stopping.set()

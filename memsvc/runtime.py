@@ -24,6 +24,7 @@ from .search.cache import SearchCache
 from .store import Database
 from .store import Store
 from .store import StoreMismatch
+from .store import is_postgres
 from .tokens import TokenVerifier
 from .tokens import make_verifier
 
@@ -38,17 +39,26 @@ class Runtime:
     def __init__(self, settings: t.Mapping[str, t.Any], instance_path: str):
         self.settings = settings
         self.instance_path = instance_path
-        self.db = Database(
-            settings["DATABASE"],
-            busy_timeout_ms=settings["SQLITE_BUSY_TIMEOUT_MS"],
-            synchronous=settings["SQLITE_SYNCHRONOUS"],
-            mmap_mb=settings["SQLITE_MMAP_MB"],
-        )
+        self.postgres = is_postgres(settings["DATABASE"])
+        self.db: t.Any
+        if self.postgres:
+            from .store.postgres import PgDatabase
+
+            # A connection per thread at most, and a few for the limiter and
+            # the maintenance thread.
+            self.db = PgDatabase(settings["DATABASE"], max_size=settings["THREADS"] + 4)
+        else:
+            self.db = Database(
+                settings["DATABASE"],
+                busy_timeout_ms=settings["SQLITE_BUSY_TIMEOUT_MS"],
+                synchronous=settings["SQLITE_SYNCHRONOUS"],
+                mmap_mb=settings["SQLITE_MMAP_MB"],
+            )
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
         self.embedder: Embedder = make_embedder(settings, instance_path)
         self._query_cache: CachedEmbedder | None = None
-        self._limiter: Limiter | None = None
+        self._limiter: t.Any = None
         self.default_limits = Limits(
             settings["RATE_LIMIT_PER_MINUTE"], settings["CONCURRENCY_LIMIT"]
         )
@@ -65,7 +75,14 @@ class Runtime:
 
     @property
     def limiter(self) -> Limiter:
-        """The per-key limiter; its folder is named after the database, so it exists first."""
+        """The per-key limiter; its folder is named after the database, so it exists first.
+
+        With PostgreSQL its state is in the database, shared by every server.
+        """
+        if self._limiter is None and self.postgres:
+            from .store.postgres.limits import PgLimiter
+
+            self._limiter = PgLimiter(self.db.pooled)
         if self._limiter is None:
             directory = self.settings["LIMITS_DIR"] or default_directory(
                 self.settings["DATABASE"], self.instance_path
@@ -109,8 +126,13 @@ class Runtime:
         return failure[1]
 
     def store(self) -> Store:
-        """A store on this thread's connection."""
-        return Store(self.db.connection())
+        """A store on this thread's connection (until :meth:`release`)."""
+        store: Store = self.db.store()
+        return store
+
+    def release(self) -> None:
+        """This thread is done with its store for now (the end of a request)."""
+        self.db.release()
 
     def prepare(self, *, check_embedder: bool) -> None:
         """Create or migrate the database; refuse one made for another model.
@@ -119,6 +141,9 @@ class Runtime:
             reembed`` work on a database whose vectors come from another model.
         """
         path = self.settings["DATABASE"]
+        if self.postgres:
+            self._prepare_postgres(check_embedder=check_embedder)
+            return
         default_folder = os.path.join(self.instance_path, "")
         try:
             if os.path.abspath(path).startswith(os.path.abspath(default_folder)):
@@ -148,6 +173,29 @@ class Runtime:
             # No connection may cross gunicorn's fork into the workers.
             self.db.close()
 
+    def _prepare_postgres(self, *, check_embedder: bool) -> None:
+        from .store.postgres.connection import database_name
+
+        name = database_name(self.settings["DATABASE"])
+        try:
+            prepare_model = getattr(self.embedder, "prepare", None)
+            if prepare_model is not None:
+                prepare_model()
+            store = self.store()
+            store.migrate(self.embedder.model_id, self.embedder.dimensions)
+            if check_embedder:
+                store.check_embedder(self.embedder.model_id, self.embedder.dimensions)
+        except ConfigError:
+            raise
+        except StoreMismatch as e:
+            raise ConfigError(str(e)) from None
+        except Exception as e:
+            raise ConfigError(f"MEMSVC_DATABASE (PostgreSQL {name}) cannot be used: {e}") from None
+        finally:
+            self.db.release()
+            # No connection, and no pool thread, may cross gunicorn's fork.
+            self.db.close()
+
     # -- who uses the database ---------------------------------------------------------
 
     def hold_for_serving(self) -> None:
@@ -157,12 +205,29 @@ class Runtime:
         ends: maintenance that must not run under a live server (``memsvc
         reembed``) asks for it exclusively and is refused.
         """
+        if self.postgres:
+            # Servers are told apart in pg_stat_activity (see exclusive()).
+            from .store.postgres.connection import SERVER_APPLICATION
+
+            self.db.application = SERVER_APPLICATION
+            return
         fd = os.open(_lock_path(self.settings["DATABASE"]), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_SH)
         self._serving_lock = fd
 
     def exclusive(self) -> None:
         """Take the database for maintenance, or :class:`DatabaseInUse` if a server holds it."""
+        if self.postgres:
+            from .store.postgres.connection import database_name
+            from .store.postgres.connection import servers_connected
+
+            if servers_connected(self.db):
+                raise DatabaseInUse(
+                    f"a memsvc server is using the PostgreSQL "
+                    f"{database_name(self.settings['DATABASE'])}; stop it first (every "
+                    "server using it)"
+                )
+            return
         fd = os.open(_lock_path(self.settings["DATABASE"]), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing as t
 
 import pytest
 from click.testing import CliRunner
@@ -12,8 +13,9 @@ from memsvc.api.context import store as request_store
 from memsvc.cli import Context
 from memsvc.cli import cli
 from memsvc.services import keys
-from memsvc.store import Store
+from memsvc.store import SqliteStore
 from memsvc.store import connect
+from tests.support import postgres
 from tests.support.helpers import HashEmbedder
 from tests.support.servers import MODEL_CACHE
 
@@ -36,20 +38,54 @@ def local_embedder():
     return LocalEmbedder(cache_dir=MODEL_CACHE)
 
 
+STORES = ("sqlite", "postgres")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests on a ``database`` run once per store, SQLite and PostgreSQL.
+
+    Except tests about one store: ``@pytest.mark.stores("sqlite")`` (the
+    closest mark wins), and tests asking for ``db_path``, the SQLite file.
+    """
+    if "store_kind" not in metafunc.fixturenames:
+        return
+    mark = metafunc.definition.get_closest_marker("stores")
+    kinds = list(mark.args) if mark else list(STORES)
+    if "db_path" in metafunc.fixturenames:
+        kinds = ["sqlite"]
+    metafunc.parametrize("store_kind", kinds)
+
+
 @pytest.fixture
 def db_path(tmp_path):
+    """The SQLite database file of this test (asking for it makes the test SQLite-only)."""
     return str(tmp_path / "memsvc.sqlite3")
 
 
 @pytest.fixture
-def make_app(tmp_path, db_path, local_embedder):
+def database(store_kind, tmp_path, request):
+    """MEMSVC_DATABASE of this test: a SQLite file, or a fresh PostgreSQL database.
+
+    PostgreSQL comes from the pgserver package; if it cannot start, the test
+    fails saying why (it is never skipped).
+    """
+    if store_kind == "sqlite":
+        yield str(tmp_path / "memsvc.sqlite3")
+        return
+    url = postgres.fresh_database(request.node.name)
+    yield url
+    postgres.drop_database(url)
+
+
+@pytest.fixture
+def make_app(tmp_path, database, local_embedder):
     apps = []
 
     def make(**settings):
         app = create_app(
             {
                 "TESTING": True,
-                "DATABASE": db_path,
+                "DATABASE": database,
                 "LIMITS_DIR": str(tmp_path / "limits"),
                 "MODEL_CACHE_DIR": MODEL_CACHE,
                 **settings,
@@ -90,12 +126,12 @@ def client(app):
 
 
 @pytest.fixture
-def cli_context(tmp_path, db_path, local_embedder):
+def cli_context(tmp_path, database, local_embedder):
     """What the ``memsvc`` command reads: the test app's database and instance folder."""
     return Context(
         instance_path=str(tmp_path / "instance"),
         overrides={
-            "DATABASE": db_path,
+            "DATABASE": database,
             "LIMITS_DIR": str(tmp_path / "limits"),
             "MODEL_CACHE_DIR": MODEL_CACHE,
         },
@@ -141,10 +177,23 @@ def hash_embedder():
 
 
 @pytest.fixture
-def store(db_path, hash_embedder):
-    """A Store on a fresh database file made for the 16-d hash embedder."""
-    conn = connect(db_path)
-    s = Store(conn)
-    s.migrate(hash_embedder.model_id, hash_embedder.dimensions)
+def blank_store(database, store_kind):
+    """A Store on a fresh database (file or PostgreSQL), before any schema."""
+    if store_kind == "sqlite":
+        conn = connect(database)
+        s: t.Any = SqliteStore(conn)
+    else:
+        from memsvc.store.postgres import PgStore
+        from memsvc.store.postgres.connection import PgDatabase
+
+        conn = PgDatabase(database, max_size=1).connect()
+        s = PgStore(conn)
     yield s
     conn.close()
+
+
+@pytest.fixture
+def store(blank_store, hash_embedder):
+    """A Store on a fresh database (file or PostgreSQL) made for the 16-d hash embedder."""
+    blank_store.migrate(hash_embedder.model_id, hash_embedder.dimensions)
+    return blank_store

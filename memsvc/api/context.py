@@ -34,6 +34,7 @@ def release_store(exc: BaseException | None = None) -> None:
         s.reset()
     except Exception:
         runtime().db.discard()
+    runtime().release()
 
 
 def record_storage_problem(problem: str) -> None:

@@ -96,10 +96,25 @@ def limited(call: Call) -> t.Iterator[None]:
         token = rt.limiter.acquire(key.id, limits_of(key, rt.default_limits))
     except Refused as e:
         raise TooManyRequests(e.message, headers={"Retry-After": str(e.retry_after)}) from None
+    except Exception as e:
+        # With PostgreSQL the counters are in the database: one that takes no
+        # writes (read-only, full) cannot count. Reads go on, uncounted;
+        # writes fail on their own with the storage's 503.
+        problem = storage_problem(e)
+        if problem is None:
+            raise
+        log.warning("limits not counted: %s", problem)
+        record_storage_problem(problem)
+        token = None
     try:
         yield
     finally:
-        rt.limiter.release(key.id, token)
+        try:
+            rt.limiter.release(key.id, token)
+        except Exception as e:
+            if storage_problem(e) is None:
+                raise
+            log.warning("a limit slot was not released (it expires): %s", storage_problem(e))
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ with the same arithmetic and the same filter semantics, so they return the
 same answer.
 
 :func:`search` adds the other modes: ``keyword`` (the full-text index,
-ranked by bm25) and ``hybrid`` (semantic and keyword candidates ordered by
+ranked by match strength) and ``hybrid`` (semantic and keyword candidates ordered by
 cosine raised by the keyword match's strength). In every mode a result's
 similarity is its exact cosine and the threshold a floor on it.
 """
@@ -37,7 +37,6 @@ from ..models import ScoredMemory
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
-from ..store import vec0
 from . import cache as cache_module
 from .cache import SearchCache
 from .cache import Snapshot
@@ -47,7 +46,7 @@ from .exact import scan_complete
 from .exact import similarities
 from .filters import Filter
 from .keyword import hybrid_score
-from .keyword import match_expression
+from .keyword import query_words
 
 __all__ = ["MODES", "Scope", "SearchCache", "nearest", "search"]
 
@@ -148,7 +147,7 @@ def _knn(
     scope excludes are passed over, so a selective filter widens the scan,
     up to reading the whole user.
     """
-    fetch = min(k + 16, vec0.KNN_MAX)
+    fetch = min(k + 16, store.knn_max)
     while True:
         rows = store.knn(tenant, user_id, query, fetch)
         owners = store.owners(tenant, user_id, [row[0] for row in rows])
@@ -168,12 +167,12 @@ def _knn(
         kth = found[k - 1][1] if len(found) >= k else -np.inf
         if scan_complete(kth, 1 - rows[-1][1], threshold):
             break
-        if fetch == vec0.KNN_MAX:
+        if fetch == store.knn_max:
             # Thousands of near-ties, or a selective scope: read everything.
             whole = cache_module.load(store, tenant, user_id, state)
             assert whole is not None
             return _scan(whole, query, k, threshold, scope)
-        fetch = min(fetch * 4, vec0.KNN_MAX)
+        fetch = min(fetch * 4, store.knn_max)
     if not found:
         return []
     scores = np.array([score for _, score in found], dtype=np.float32)
@@ -203,7 +202,7 @@ def search(
     """Search in ``mode``: semantic (:func:`nearest`), keyword or hybrid.
 
     ``keyword``: the memories matching any of the query's words, strongest
-    match (bm25) first. ``hybrid``: the best semantic and keyword candidates
+    match first. ``hybrid``: the best semantic and keyword candidates
     together, ordered by :func:`.keyword.hybrid_score`. Either way each
     result's ``similarity`` is its cosine and ``threshold`` a floor on it.
     """
@@ -217,15 +216,15 @@ def search(
         semantic = nearest(store, cache, tenant, user_id, query, depth, threshold, scope)
         keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope)
     found: dict[str, ScoredMemory] = {r.memory.id: r for r in semantic}
-    bm25: dict[str, float] = {}
+    strength: dict[str, float] = {}
     for r, score in keyword:
         found.setdefault(r.memory.id, r)
-        bm25[r.memory.id] = score
+        strength[r.memory.id] = score
     semantic_ids = {r.memory.id for r in semantic}
     ranked = sorted(
         found.values(),
         key=lambda r: (
-            -hybrid_score(r.similarity, bm25.get(r.memory.id)),
+            -hybrid_score(r.similarity, strength.get(r.memory.id)),
             -r.memory.created_at,
         ),
     )
@@ -235,7 +234,7 @@ def search(
             matched_by=tuple(
                 name
                 for name, hit in (
-                    ("keyword", r.memory.id in bm25),
+                    ("keyword", r.memory.id in strength),
                     ("semantic", r.memory.id in semantic_ids),
                 )
                 if hit
@@ -257,14 +256,14 @@ def _keyword(
 ) -> list[tuple[ScoredMemory, float]]:
     """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
-    With their bm25 (lower is a stronger match), strongest first.
+    With their match strength, strongest first.
     """
-    expression = match_expression(text)
-    if expression is None:
+    words = query_words(text)
+    if not words:
         return []
     fetch = max(4 * k, 40)
     while True:
-        hits = store.keyword(tenant, user_id, expression, fetch)
+        hits = store.keyword(tenant, user_id, words, fetch)
         entries = store.entries_by_seq(tenant, user_id, [seq for seq, _ in hits])
         ranked = [entries[seq] for seq, _ in hits if seq in entries]
         admitted = [entry for entry in ranked if scope.admits(entry)]

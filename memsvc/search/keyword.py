@@ -1,18 +1,16 @@
 """Keyword search over the full-text index, and how its ranking is fused with meaning.
 
-A query becomes an FTS5 expression from its words alone: each word quoted
-(so punctuation, ``AND``, ``NEAR``, ``*`` or quotes in the text never act as
-query syntax) and the words OR-joined (a memory matching any of them is a
-candidate; bm25 ranks those matching more, and rarer, words first). Very
-common English words are left out unless nothing else is left: they match
-nearly everything and only add noise.
+A query becomes its words alone (never query syntax): a memory matching any
+of them is a candidate, and the store ranks those matching more, and rarer,
+words first. Very common English words are left out unless nothing else is
+left: they match nearly everything and only add noise.
 """
 
 from __future__ import annotations
 
 import re
 
-# Words, as FTS5's unicode61 tokenizer sees them: runs of letters and digits.
+# Words, as the full-text indexes see them: runs of letters and digits.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: At most this many words of a query go into the expression.
@@ -25,7 +23,7 @@ STOPWORDS = frozenset(
 )
 
 #: Hybrid scoring: a keyword match adds at most BOOST to a memory's cosine,
-#: ``BOOST * s / (s + HALF)`` for bm25 strength ``s``. Chosen on memsvc's
+#: ``BOOST * s / (s + HALF)`` for match strength ``s`` (SQLite's -bm25). Chosen on memsvc's
 #: labelled set (make eval): it answers more exact-term and near-miss
 #: questions first than cosine alone, and loses least on paraphrases of the
 #: fusions tried; reciprocal-rank fusion lost 0.17 recall@1 on paraphrases.
@@ -33,19 +31,16 @@ BOOST = 0.2
 HALF = 8.0
 
 
-def match_expression(query: str) -> str | None:
-    """An FTS5 ``content`` expression for the words of ``query``; None if it has none."""
+def query_words(query: str) -> list[str]:
+    """The words of ``query`` a keyword search looks for, lowercased, each once."""
     words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))
     kept = [w for w in words if w not in STOPWORDS] or words
-    if not kept:
-        return None
-    quoted = " OR ".join('"' + w.replace('"', '""') + '"' for w in kept[:MAX_WORDS])
-    return f"content : ({quoted})"
+    return kept[:MAX_WORDS]
 
 
-def hybrid_score(cosine: float, bm25: float | None) -> float:
-    """Cosine, raised by a keyword match's strength (FTS5's bm25: lower is stronger)."""
-    if bm25 is None:
+def hybrid_score(cosine: float, strength: float | None) -> float:
+    """Cosine, raised by a keyword match's strength (positive; larger is stronger)."""
+    if strength is None:
         return cosine
-    strength = max(0.0, -bm25)
+    strength = max(0.0, strength)
     return cosine + BOOST * strength / (strength + HALF)

@@ -136,6 +136,15 @@ class Database:
                 self._all.append(conn)
         return conn
 
+    def store(self) -> t.Any:
+        """A store on this thread's connection."""
+        from .sqlite import SqliteStore
+
+        return SqliteStore(self.connection())
+
+    def release(self) -> None:
+        """A request is done with this thread's connection: it stays, for the next."""
+
     def discard(self) -> None:
         """Close this thread's connection, e.g. after it hit an I/O error."""
         conn = getattr(self._local, "conn", None)

@@ -88,7 +88,11 @@ def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
 
 
 def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    recorded = recorded_embedder(conn)
+    check_recorded(recorded_embedder(conn), embedder_id, dimensions)
+
+
+def check_recorded(recorded: tuple[str, int] | None, embedder_id: str, dimensions: int) -> None:
+    """:class:`StoreMismatch` if the database records another model than the configured one."""
     if recorded is not None and recorded != (embedder_id, dimensions):
         raise StoreMismatch(
             f"the database holds vectors from {recorded[0]} ({recorded[1]} dimensions) but the "

@@ -4,13 +4,16 @@ import threading
 import uuid
 
 import numpy as np
+import pytest
 
 from memsvc.models import Memory
-from memsvc.store import Store
+from memsvc.store import SqliteStore
 from memsvc.store import connect
 from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
+
+pytestmark = pytest.mark.stores("sqlite")  # PostgreSQL: pg_dump (test below)
 
 
 def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
@@ -28,7 +31,7 @@ def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
     def writer():
         # Another connection, as another worker would be, adding all along.
         conn = connect(db_path)
-        store = Store(conn)
+        store = SqliteStore(conn)
         rng = np.random.default_rng(0)
         while not stop.is_set():
             v = rng.standard_normal((10, 384)).astype(np.float32)
@@ -60,7 +63,7 @@ def test_backup_under_concurrent_writes_restores_the_same_memories_and_keys(
         query(rclient, "memory.search", {"userId": "u", "query": "before 3"}, headers=auth)
     )
     assert found[0]["content"] == "before 3"
-    copy = Store(connect(str(target)))
+    copy = SqliteStore(connect(str(target)))
     memories = copy.conn.execute("SELECT count(*) FROM memories").fetchone()[0]
     vectors = copy.conn.execute("SELECT count(*) FROM memory_vectors").fetchone()[0]
     bulk = copy.conn.execute("SELECT count(*) FROM memories WHERE user_id = 'bulk'").fetchone()[0]
@@ -79,3 +82,11 @@ def test_backup_will_not_overwrite_unless_told(memsvc_cli, tmp_path):
     forced = memsvc_cli("backup", str(target), "--force")
     assert forced.exit_code == 0
     assert not (tmp_path / "exists.sqlite3.partial").exists()
+
+
+@pytest.mark.stores("postgres")
+def test_on_postgresql_backup_points_to_pg_dump(memsvc_cli, tmp_path):
+    result = memsvc_cli("backup", str(tmp_path / "copy"))
+    assert result.exit_code == 1
+    assert "back up PostgreSQL with pg_dump" in result.stderr
+    assert not (tmp_path / "copy").exists()

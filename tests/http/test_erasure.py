@@ -80,5 +80,5 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
     with app.app_context():
         cache = runtime().search_cache
         assert ("tenant-A", "victim") not in cache._entries
-        assert runtime().store().keyword("tenant-A", "victim", f'"{MARKER}"', 10) == []
+        assert runtime().store().keyword("tenant-A", "victim", [MARKER.lower()], 10) == []
     assert data(query(client, "memory.getById", {"id": keep["id"]}, headers=auth)) == keep

@@ -21,6 +21,7 @@ from tests.support.helpers import assert_error_item
 from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
+from tests.support.stores import sql
 
 SECRET = "s" * 40
 
@@ -102,7 +103,7 @@ def test_keys_list_escapes_control_characters_of_older_records(app, memsvc_cli):
         created = keys.create(store(), "acme", "plain", "memsvc")
         with store().write():
             store().conn.execute(
-                "UPDATE api_keys SET name = ? WHERE id = ?",
+                sql(store(), "UPDATE api_keys SET name = ? WHERE id = ?"),
                 ("x\x1b]0;owned\x07\ry", created.key.id),
             )
     listing = memsvc_cli("keys", "list").stdout
@@ -113,6 +114,7 @@ def test_keys_list_escapes_control_characters_of_older_records(app, memsvc_cli):
 # -- the limiter's folder ------------------------------------------------------------------
 
 
+@pytest.mark.stores("sqlite")  # with PostgreSQL the limits are in the database
 def test_a_planted_limits_folder_stops_start_up(make_app, tmp_path):
     open_to_all = tmp_path / "shared"
     open_to_all.mkdir()
@@ -187,6 +189,7 @@ def read_only_from_now_on(app, monkeypatch):
     app.extensions["memsvc"].db.close()
 
 
+@pytest.mark.stores("sqlite")
 def test_a_read_only_database_answers_reads_and_503s_writes_saying_why(configured, monkeypatch):
     client, auth = configured()
     read_only_from_now_on(client.application, monkeypatch)
@@ -200,6 +203,39 @@ def test_a_read_only_database_answers_reads_and_503s_writes_saying_why(configure
     assert health.get_json()["detail"] == "the database is read-only"
 
 
+@pytest.mark.stores("postgres")
+def test_a_read_only_postgresql_answers_reads_and_503s_writes_then_recovers(configured, database):
+    import psycopg
+
+    client, auth = configured()
+    kept = data(mutate(client, "memory.add", {"userId": "u", "content": "kept"}, headers=auth))
+
+    def read_only(on: bool) -> None:
+        # As a hot standby or an operator's ALTER does: new sessions refuse writes.
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("SET default_transaction_read_only = off")
+            name = conn.execute("SELECT current_database()").fetchone()[0]
+            conn.execute(
+                f'ALTER DATABASE "{name}" SET default_transaction_read_only = {"on" if on else "off"}'
+            )
+        client.application.extensions["memsvc"].db.close()  # sessions from now on
+
+    read_only(True)
+    listed = query(client, "memory.getAll", {"userId": "u"}, headers=auth)
+    assert [m["id"] for m in data(listed)] == [kept["id"]]
+    resp = mutate(client, "memory.add", {"userId": "u", "content": "x"}, headers=auth)
+    error = assert_error(resp, 503, "SERVICE_UNAVAILABLE", "memory.add")
+    assert error["message"] == "Storage unavailable: the database is read-only; try again later"
+    health = client.get("/health")
+    assert health.status_code == 503
+    assert health.get_json()["detail"] == "the database is read-only"
+    read_only(False)
+    again = data(mutate(client, "memory.add", {"userId": "u", "content": "again"}, headers=auth))
+    listed = data(query(client, "memory.getAll", {"userId": "u"}, headers=auth))
+    assert {m["id"] for m in listed} == {kept["id"], again["id"]}
+
+
+@pytest.mark.stores("sqlite")
 def test_a_full_database_503s_writes_and_health_then_recovers_with_nothing_lost(configured):
     client, auth = configured(RATE_LIMIT_PER_MINUTE=0)
     kept = data(mutate(client, "memory.add", {"userId": "u", "content": "kept"}, headers=auth))

@@ -125,6 +125,7 @@ def _forged(token: str) -> list[str]:
     ]
 
 
+@pytest.mark.stores("sqlite")  # reads the SQLite file and its statements
 def test_no_secret_reaches_a_log_an_error_or_another_response(app, caplog, capsys):
     for name in LOGGERS:
         caplog.set_level(logging.DEBUG, logger=name or None)
@@ -305,6 +306,7 @@ class NeverCompared(str):
     __hash__ = str.__hash__
 
 
+@pytest.mark.stores("sqlite")  # reads the SQLite file and its statements
 def test_a_secret_sharing_a_long_prefix_with_a_real_one_fails_exactly_like_a_random_one(store):
     """verify() hashes the candidate and asks SQLite for that digest, nothing else.
 

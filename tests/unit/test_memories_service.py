@@ -30,20 +30,17 @@ def test_add_stores_nothing_when_the_embedder_fails(store):
         memories.add(store, FailingEmbedder(16, "test:hash-16"), "t1", "u1", "x", {})
     assert count(store, "memories") == 0
     assert count(store, "memory_vectors") == 0
-    assert not store.conn.in_transaction
+    assert not store.in_transaction()
 
 
-def table_store(db_path, vectors, dims):
-    from memsvc.store import Store
-    from memsvc.store import connect
-
+def table_store(store, vectors, dims):
+    """The test's blank store, made for a TableEmbedder."""
     embedder = TableEmbedder(vectors, dims)
-    s = Store(connect(db_path))
-    s.migrate(embedder.model_id, dims)
-    return s, embedder
+    store.migrate(embedder.model_id, dims)
+    return store, embedder
 
 
-def test_search_applies_threshold_and_limit_and_orders_by_similarity(tmp_path):
+def test_search_applies_threshold_and_limit_and_orders_by_similarity(blank_store):
     # cos(query, m_i) is exactly the first coordinate of m_i.
     vectors = {
         "query": [1, 0],
@@ -52,7 +49,7 @@ def test_search_applies_threshold_and_limit_and_orders_by_similarity(tmp_path):
         "0.60": [0.60, 0.80],
         "opposite": [-1, 0],
     }
-    store, emb = table_store(str(tmp_path / "db"), vectors, 2)
+    store, emb = table_store(blank_store, vectors, 2)
     for text in ("0.60", "0.95", "opposite", "0.80"):
         memories.add(store, emb, "t1", "u1", text, {})
 
@@ -132,9 +129,9 @@ def test_reembed_switches_every_vector_to_the_new_model(store, hash_embedder):
     store.check_embedder("test:other-24", 24)
     [hit] = memories.search(store, new, "t1", "u2", "m5", 1, 0.99)
     assert hit.memory.id == added[5].id
-    assert store.conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE name = 'reembed_staging'"
-    ).fetchone() == (0,)
+    with pytest.raises(Exception, match="reembed_staging"):  # the staging table is gone
+        count(store, "reembed_staging")
+    store.reset()
 
 
 class Interrupting(HashEmbedder):

@@ -17,8 +17,10 @@ from memsvc.search import SearchCache
 from memsvc.search import filters
 from memsvc.search import nearest
 from memsvc.search.exact import exact_similarity
-from memsvc.store import Store
-from memsvc.store import connect
+from tests.support.stores import close_store
+from tests.support.stores import open_store
+from tests.support.stores import raw_vector
+from tests.support.stores import sql
 
 DIMS = 32
 
@@ -30,13 +32,12 @@ def clustered(rng, n, centroids):
 
 
 @pytest.fixture
-def db(tmp_path):
-    path = str(tmp_path / "db.sqlite3")
-    conn = connect(path)
-    store = Store(conn)
+def db(database):
+    """(database, store) on SQLite and on PostgreSQL."""
+    store = open_store(database)
     store.migrate("test:random", DIMS)
-    yield path, store
-    conn.close()
+    yield database, store
+    close_store(store)
 
 
 def add(store, vectors, user="u", tenant="t", created=None):
@@ -52,13 +53,16 @@ def add(store, vectors, user="u", tenant="t", created=None):
 
 
 def brute_force(store, user, query, k, threshold, tenant="t", scope=None):
-    """float64 over every stored vector, through vec0's own point lookups.
+    """float64 over every stored vector, read one by one without the store's vector code.
 
     A memory scores as its best window; the scope is applied memory by memory.
     """
     rows = store.conn.execute(
-        "SELECT m.seq, m.created_at, m.id, m.first_vid, m.windows, m.metadata, m.expires_at "
-        "FROM memories m WHERE tenant = ? AND user_id = ?",
+        sql(
+            store,
+            "SELECT m.seq, m.created_at, m.id, m.first_vid, m.windows, m.metadata, m.expires_at "
+            "FROM memories m WHERE tenant = ? AND user_id = ?",
+        ),
         (tenant, user),
     ).fetchall()
     scored = []
@@ -69,15 +73,7 @@ def brute_force(store, user, query, k, threshold, tenant="t", scope=None):
             if scope.filter and not scope.filter.matches(json.loads(metadata)):
                 continue
         vectors = np.array(
-            [
-                np.frombuffer(
-                    store.conn.execute(
-                        "SELECT embedding FROM memory_vectors WHERE rowid = ?", (vid,)
-                    ).fetchone()[0],
-                    dtype=np.float32,
-                )
-                for vid in range(first_vid, first_vid + windows)
-            ]
+            [raw_vector(store, tenant, user, vid) for vid in range(first_vid, first_vid + windows)]
         )
         best = float(exact_similarity(vectors, query).max())
         scored.append((-best, -created, -seq, memory_id, best))
@@ -217,10 +213,9 @@ def test_writes_from_another_process_are_seen_at_once(db):
     script = textwrap.dedent(
         f"""
         import uuid, numpy as np
-        from memsvc.store import connect
         from memsvc.models import Memory
-        from memsvc.store import Store
-        store = Store(connect({path!r}))
+        from tests.support.stores import open_store
+        store = open_store({path!r})
         q = np.array({query.tolist()!r}, dtype=np.float32)
         with store.write():
             store.insert_memories(
@@ -245,19 +240,17 @@ def test_searches_while_another_thread_writes_stay_exact(db):
     stop = threading.Event()
 
     def writer():
-        conn = connect(path)
-        s = Store(conn)
+        s = open_store(path)
         r = np.random.default_rng(9)
         try:
             for _ in range(100):
                 add(s, r.standard_normal((2, DIMS)).astype(np.float32))
         finally:
-            conn.close()
+            close_store(s)
             stop.set()
 
     def reader():
-        conn = connect(path)
-        s = Store(conn)
+        s = open_store(path)
         r = np.random.default_rng(10)
         try:
             while not stop.is_set():
@@ -270,7 +263,7 @@ def test_searches_while_another_thread_writes_stay_exact(db):
         except Exception as e:  # reported below
             errors.append(e)
         finally:
-            conn.close()
+            close_store(s)
 
     threads = [threading.Thread(target=writer)] + [
         threading.Thread(target=reader) for _ in range(3)

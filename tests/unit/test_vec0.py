@@ -11,6 +11,8 @@ from memsvc import search
 from memsvc.models import Memory
 from memsvc.store import vec0
 
+pytestmark = pytest.mark.stores("sqlite")  # sqlite-vec's own storage
+
 DIMS = 16
 
 

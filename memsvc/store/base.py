@@ -1,0 +1,353 @@
+"""What a store is: the contract the SQLite and PostgreSQL stores both keep.
+
+A memory is written in one transaction: its record (``memories``), one
+vector per window of its text (ids ``first_vid .. first_vid + windows - 1``,
+never reused), its keyword index entry, and its user's change counters
+(:class:`UserState`), which search caches compare. Earlier versions of a
+memory are kept as its history; deleting a memory deletes all of it.
+
+Services see only these methods, taking and returning plain values
+(:mod:`memsvc.models`), and open the transactions themselves
+(:meth:`Store.write`, :meth:`Store.read`); the methods never commit. Inside
+:meth:`Store.write`, a user's memories change in the order their writes
+commit: vector ids given to one user only grow, as the search cache's
+incremental loads rely on.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import json
+import typing as t
+
+import numpy as np
+
+from ..models import ApiKey
+from ..models import Memory
+from ..models import Version
+
+MEMORY_COLUMNS = (
+    "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
+)
+KEY_COLUMNS = (
+    "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit"
+)
+ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
+
+
+def memory_of(row: t.Sequence[t.Any]) -> Memory:
+    """A :class:`Memory` from a row of :data:`MEMORY_COLUMNS`."""
+    return Memory(
+        id=row[0],
+        tenant=row[1],
+        user_id=row[2],
+        content=row[3],
+        metadata=json.loads(row[4]),
+        created_at=row[5],
+        updated_at=row[6],
+        expires_at=row[7],
+        version=row[8],
+    )
+
+
+def key_of(row: t.Sequence[t.Any]) -> ApiKey:
+    """An :class:`ApiKey` from a row of :data:`KEY_COLUMNS`."""
+    return ApiKey(*row)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserState:
+    """A user's change counters; any write to their memories changes them.
+
+    ``count`` memories; ``max_vid`` the highest vector id ever given to them
+    (new memories, new text); ``deletes`` grows when vectors go (a delete, an
+    update of the text); ``updates`` when metadata or expiry alone change;
+    ``generation`` when every vector was replaced or the user erased.
+    """
+
+    count: int
+    max_vid: int
+    deletes: int
+    updates: int
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Entry:
+    """A memory as search sees it: where its vectors are, and what filters read."""
+
+    seq: int
+    first_vid: int
+    windows: int
+    created_at: int
+    expires_at: int | None
+    metadata: str  # JSON, parsed only when a filter needs it
+
+
+class Store(abc.ABC):
+    """memsvc's data over one database connection."""
+
+    #: What this store is, for messages: "SQLite" or "PostgreSQL".
+    kind: t.ClassVar[str]
+    #: The most rows one :meth:`knn` call returns.
+    knn_max: t.ClassVar[int]
+
+    # -- transactions ----------------------------------------------------------
+
+    @abc.abstractmethod
+    def write(self) -> contextlib.AbstractContextManager[Store]:
+        """A write transaction: all of it is committed, or none of it.
+
+        Inside another transaction it is a savepoint: its own part is undone
+        on error, and the outer transaction decides about the rest.
+        """
+
+    @abc.abstractmethod
+    def read(self) -> contextlib.AbstractContextManager[Store]:
+        """A read transaction: every query in it sees one snapshot."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Roll back whatever a failed request left open."""
+
+    @abc.abstractmethod
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open on the connection."""
+
+    # -- schema and health -----------------------------------------------------
+
+    @abc.abstractmethod
+    def migrate(self, embedder_id: str, dimensions: int) -> None:
+        """Create or upgrade the schema, in its own transaction."""
+
+    @abc.abstractmethod
+    def embedder(self) -> tuple[str, int] | None:
+        """The (model id, dimensions) the stored vectors come from."""
+
+    @abc.abstractmethod
+    def check_embedder(self, embedder_id: str, dimensions: int) -> None:
+        """:class:`~memsvc.store.schema.StoreMismatch` if the vectors come from another model."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Read from the database; raises if it cannot be read."""
+
+    @abc.abstractmethod
+    def probe_write(self) -> None:
+        """Write and roll back, to learn whether the database takes writes at all."""
+
+    @abc.abstractmethod
+    def checkpoint(self) -> None:
+        """Make erased bytes unrecoverable from the database's own files, where it can."""
+
+    @abc.abstractmethod
+    def erasures(self) -> int:
+        """A number that grows whenever a memory is deleted or replaced, by any process."""
+
+    # -- memories: writes (inside write()) -----------------------------------------
+
+    @abc.abstractmethod
+    def insert_memories(
+        self, memories: t.Sequence[Memory], vectors: t.Sequence[np.ndarray] | np.ndarray
+    ) -> list[int]:
+        """Insert memories with their vectors and keyword index entries; their seqs.
+
+        ``vectors[i]`` holds memory ``i``'s windows, one row each; a 2-D
+        array is one vector per memory. Memories get increasing ``seq`` in
+        the order given.
+        """
+
+    @abc.abstractmethod
+    def insert_versions(self, seq: int, versions: t.Sequence[Version]) -> None:
+        """Earlier versions of the memory ``seq`` (an import carries them over)."""
+
+    @abc.abstractmethod
+    def update_memory(
+        self, seq: int, previous: Memory, updated: Memory, vectors: np.ndarray | None
+    ) -> None:
+        """Replace a memory's record by ``updated``; its vectors too if ``vectors`` is given.
+
+        ``previous`` (the record as it was) goes to the memory's history.
+        """
+
+    @abc.abstractmethod
+    def delete_memory(self, tenant: str, memory_id: str) -> bool:
+        """Delete a memory, its vectors, history and keyword index entry; False if none."""
+
+    @abc.abstractmethod
+    def delete_user(self, tenant: str, user_id: str) -> int:
+        """Delete every memory of one end user of one tenant; returns how many."""
+
+    @abc.abstractmethod
+    def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
+        """(tenant, id) of up to ``limit`` memories whose time is up."""
+
+    # -- memories: reads (only memories not expired at ``now`` are seen) ---------------
+
+    @abc.abstractmethod
+    def get_memory(self, tenant: str, memory_id: str, now: int) -> Memory | None:
+        """A visible memory of the tenant. Inside write(), its user's writes wait for ours."""
+
+    @abc.abstractmethod
+    def locate(self, tenant: str, memory_id: str, now: int) -> tuple[int, Memory] | None:
+        """A visible memory with its ``seq``, for an update or a cursor.
+
+        Inside write(), its user's writes wait until this transaction ends.
+        """
+
+    @abc.abstractmethod
+    def find_duplicate(self, tenant: str, user_id: str, key: bytes, now: int) -> Memory | None:
+        """The user's oldest visible memory with this :func:`~memsvc.models.dedupe_key`.
+
+        Inside write(), the user's other writes wait until this transaction
+        ends, so two adds of the same text cannot both find none.
+        """
+
+    @abc.abstractmethod
+    def page(
+        self,
+        tenant: str,
+        user_id: str,
+        now: int,
+        *,
+        before: tuple[int, int] | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+    ) -> t.Iterator[tuple[int, Memory]]:
+        """A user's visible memories newest first, from just after ``before`` on.
+
+        ``before`` is the ``(created_at, seq)`` of the last memory already
+        seen. Rows stream: the caller stops when it has enough.
+        """
+
+    @abc.abstractmethod
+    def count_memories(self, tenant: str | None, user_id: str | None, now: int) -> int:
+        """Visible memories of a tenant, of a user, or all of them."""
+
+    @abc.abstractmethod
+    def all_memories(
+        self, tenant: str | None, user_id: str | None, now: int
+    ) -> t.Iterator[tuple[int, Memory, int, int]]:
+        """Visible memories (of a tenant, of a user), oldest first, with seq and vector ids."""
+
+    @abc.abstractmethod
+    def existing_ids(self, ids: t.Sequence[str]) -> set[str]:
+        """Which of these memory ids exist, in any tenant."""
+
+    @abc.abstractmethod
+    def versions_size(self, seq: int) -> int:
+        """Bytes of text and metadata of a memory's earlier versions, without reading them."""
+
+    @abc.abstractmethod
+    def versions(self, seq: int) -> list[Version]:
+        """A memory's earlier versions, oldest first (the current one is the memory)."""
+
+    @abc.abstractmethod
+    def memories_by_seq(self, seqs: t.Sequence[int]) -> dict[int, Memory]:
+        """The memories with these seqs (missing ones are absent)."""
+
+    # -- search ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def user_state(self, tenant: str, user_id: str) -> UserState | None:
+        """The user's change counters (see :class:`UserState`)."""
+
+    @abc.abstractmethod
+    def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
+        """A user's memories whose vectors have ids above ``after_vid``, by vector id.
+
+        Expired memories are included: whether one is visible is decided at
+        search time, from ``expires_at``.
+        """
+
+    @abc.abstractmethod
+    def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:
+        """The user's memories with these seqs (others, and missing ones, are absent)."""
+
+    @abc.abstractmethod
+    def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
+        """The memory each of ``vids`` belongs to (a vid with no memory left is absent)."""
+
+    @abc.abstractmethod
+    def knn(
+        self, tenant: str, user_id: str, vector: np.ndarray, k: int
+    ) -> list[tuple[int, float, t.Any]]:
+        """The ``k`` (at most :attr:`knn_max`) nearest of a user's vectors.
+
+        ``(vid, cosine distance, vector)``, nearest first, in float32
+        arithmetic; ranking them exactly is :mod:`memsvc.search`'s work.
+        """
+
+    @abc.abstractmethod
+    def vectors(
+        self, tenant: str, user_id: str, vids: np.ndarray, spare: int = 0, whole_user: bool = False
+    ) -> np.ndarray:
+        """The vectors with ids ``vids`` of one user, in that order, plus ``spare`` zero rows.
+
+        ``whole_user``: ``vids`` are all of the user's vectors, ascending.
+        """
+
+    @abc.abstractmethod
+    def keyword(
+        self, tenant: str, user_id: str, words: t.Sequence[str], limit: int
+    ) -> list[tuple[int, float]]:
+        """``(seq, strength)`` of the user's memories matching any of ``words``.
+
+        Strongest match first; strength is positive, larger for more of the
+        words and rarer ones (bm25 on SQLite, ts_rank_cd on PostgreSQL).
+        """
+
+    # -- API keys --------------------------------------------------------------
+
+    @abc.abstractmethod
+    def insert_key(self, key: ApiKey, secret_hash: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def active_keys(self, tenant: str) -> int: ...
+
+    @abc.abstractmethod
+    def key_by_hash(self, secret_hash: bytes) -> ApiKey | None: ...
+
+    @abc.abstractmethod
+    def get_key(self, key_id: str) -> ApiKey | None: ...
+
+    @abc.abstractmethod
+    def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """A tenant's keys, or every key when ``tenant`` is None, oldest first."""
+
+    @abc.abstractmethod
+    def revoke_key(self, key_id: str, now: int) -> None:
+        """Mark a key revoked; a key already revoked keeps its first time."""
+
+    @abc.abstractmethod
+    def set_key_limits(
+        self, key_id: str, rate_limit: int | None, concurrency_limit: int | None
+    ) -> bool: ...
+
+    @abc.abstractmethod
+    def touch_key(self, key_id: str, now: int) -> None: ...
+
+    # -- re-embedding ------------------------------------------------------------
+    # New vectors are staged batch by batch, each batch committed: an
+    # interrupted run resumes where it stopped, and memory use stays one
+    # batch. The switch to them is one transaction at the end.
+
+    @abc.abstractmethod
+    def start_reembed(self, embedder_id: str) -> None: ...
+
+    @abc.abstractmethod
+    def unstaged_memories(self, limit: int) -> list[tuple[int, str]]:
+        """(seq, content) of memories with no staged vectors yet, oldest first."""
+
+    @abc.abstractmethod
+    def stage_vectors(self, embedder_id: str, rows: list[tuple[int, np.ndarray]]) -> None:
+        """Stage each memory's new windows' vectors: ``(seq, [windows, dims])``."""
+
+    def has_unstaged(self) -> bool:
+        return bool(self.unstaged_memories(1))
+
+    @abc.abstractmethod
+    def switch_to_staged(self, embedder_id: str, dimensions: int) -> None:
+        """Replace every vector by its staged ones and record the new model."""
