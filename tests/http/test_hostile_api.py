@@ -215,9 +215,8 @@ def test_a_read_only_postgresql_answers_reads_and_503s_writes_then_recovers(conf
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute("SET default_transaction_read_only = off")
             name = conn.execute("SELECT current_database()").fetchone()[0]
-            conn.execute(
-                f'ALTER DATABASE "{name}" SET default_transaction_read_only = {"on" if on else "off"}'
-            )
+            value = "on" if on else "off"
+            conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {value}')
         client.application.extensions["memsvc"].db.close()  # sessions from now on
 
     read_only(True)
