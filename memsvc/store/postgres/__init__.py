@@ -1,0 +1,1 @@
+"""PostgreSQL (with pgvector) as memsvc's store, shared by several app servers."""

@@ -1,0 +1,389 @@
+"""Per-key request limits kept in PostgreSQL, shared by every app server.
+
+The same two limits as :class:`memsvc.limits.Limiter`, with the same
+answers, counted once for all the servers (and all their worker processes)
+that share one database:
+
+* **rate**: at most N accepted calls in any rolling 60 seconds. Each
+  accepted call is a row (key, sequence number, time); a call is accepted
+  only if the key's N-th most recent call is 60 s old or more (or does not
+  exist). That is exact: no 60-second window, wherever it starts, ever holds
+  more than N. Rows that left the window are deleted by the key's next
+  accepted call, oldest first, so a key keeps about one window of rows.
+* **concurrency**: at most M calls executing at once. Each executing call
+  holds a row (its holder, ``host:pid``, and an expiry) until it is
+  answered. A row past its expiry no longer counts; nor does one whose
+  holder is a process of this host that no longer exists, so a killed
+  worker frees its slots at the next refusal on its own box, and a dead
+  holder elsewhere frees them at expiry.
+
+Times come from the database's clock (``clock_timestamp()``), one clock for
+every server. A key's times never go back: if that clock is set back a
+little, the key's calls keep counting at the times they were recorded;
+if by more than a minute, the key's history (from the clock's future) is
+forgotten.
+
+Each call is one statement, ``SELECT`` of a plpgsql function that first
+takes a transaction-level advisory lock on the key, so calls of one key
+are serialised across every server while keys never wait on each other. A
+refused call records nothing. The functions need READ COMMITTED (each of
+their statements must see what the key's previous holder of the lock
+committed) and say so if run under another isolation level.
+
+The tables are UNLOGGED: no write-ahead log, so an accepted call costs no
+disk flush. Their rows are disposable (a crash of the database, or a
+failover to a replica, empties them and only resets the counters), as are
+those of :class:`memsvc.limits.Limiter`.
+
+:data:`SCHEMA` creates the tables and functions (idempotently);
+:func:`install` runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import typing as t
+
+import psycopg
+from psycopg import pq
+
+from ...limits import WINDOW_MS
+from ...limits import Limits
+from ...limits import Refused
+
+Connect = t.Callable[[], t.ContextManager[psycopg.Connection[t.Any]]]
+
+#: Rows older than this (two windows) are past any use; :meth:`PgLimiter.sweep`
+#: removes those of keys that made no call since.
+_SWEEP_CALLS_AFTER_MS = 2 * WINDOW_MS
+#: Expired slots a sweep may remove (a minute after their expiry).
+_SWEEP_SLOTS_AFTER_MS = WINDOW_MS
+
+_NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+SCHEMA: list[str] = [
+    # One row per accepted call of a rate-limited key. ``seq`` counts the
+    # key's calls (1, 2, 3...); ``at_ms`` never decreases along it.
+    """
+    CREATE UNLOGGED TABLE IF NOT EXISTS memsvc_limit_calls (
+        key_id text NOT NULL,
+        seq bigint NOT NULL,
+        at_ms bigint NOT NULL,
+        PRIMARY KEY (key_id, seq) INCLUDE (at_ms)
+    )
+    """,
+    # One row per executing call of a concurrency-limited key.
+    """
+    CREATE UNLOGGED TABLE IF NOT EXISTS memsvc_limit_slots (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        key_id text NOT NULL,
+        holder text NOT NULL,
+        expires_ms bigint NOT NULL
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS memsvc_limit_slots_key ON memsvc_limit_slots (key_id)",
+    # Admit one call of p_key or say why not. Admitted: refused is NULL and
+    # slot is the slot held (NULL without a concurrency limit). Refused for
+    # the rate: refused = 'rate', retry_after_ms until the call that must
+    # leave the window leaves it. Refused for concurrency: refused =
+    # 'concurrent', holders = the holders of the slots counted, slot = the
+    # newest of them; the caller may then name the holders it knows to be
+    # dead (p_dead) and ask again: their slots up to p_dead_upto are freed.
+    # p_now_ms NULL: the database's clock.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_acquire(
+        p_key text,
+        p_per_minute integer,
+        p_concurrent integer,
+        p_holder text,
+        p_now_ms bigint,
+        p_ttl_ms bigint,
+        p_dead text[] DEFAULT NULL,
+        p_dead_upto bigint DEFAULT NULL
+    ) RETURNS TABLE (refused text, retry_after_ms bigint, slot bigint, holders text[])
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    DECLARE
+        v_now bigint;
+        v_at bigint;
+        v_last_seq bigint;
+        v_last_at bigint;
+        v_nth_at bigint;
+        v_held bigint;
+        v_newest bigint;
+        v_holders text[];
+        v_slot bigint;
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'memsvc limits need READ COMMITTED transactions, not %',
+                upper(current_setting('transaction_isolation'))
+                USING HINT = 'Give the limiter connections whose default_transaction_isolation '
+                             'is read committed.';
+        END IF;
+        PERFORM pg_advisory_xact_lock(hashtextextended('memsvc-limits:' || p_key, 0));
+        -- Read only once the lock is held: the key's times are in order.
+        v_now := coalesce(p_now_ms, {_NOW_MS});
+        v_at := v_now;
+
+        IF p_per_minute > 0 THEN
+            SELECT c.seq, c.at_ms INTO v_last_seq, v_last_at
+              FROM memsvc_limit_calls c
+             WHERE c.key_id = p_key
+             ORDER BY c.seq DESC
+             LIMIT 1;
+            IF v_last_at > v_now + {WINDOW_MS} THEN
+                -- Recorded by a clock far ahead of this one: meaningless now.
+                DELETE FROM memsvc_limit_calls c WHERE c.key_id = p_key;
+                v_last_seq := NULL;
+            ELSIF v_last_at > v_now THEN
+                v_at := v_last_at;  -- the clock was set back a little
+            END IF;
+            IF v_last_seq IS NOT NULL THEN
+                SELECT c.at_ms INTO v_nth_at
+                  FROM memsvc_limit_calls c
+                 WHERE c.key_id = p_key AND c.seq = v_last_seq - p_per_minute + 1;
+                IF v_nth_at > v_at - {WINDOW_MS} THEN
+                    RETURN QUERY SELECT 'rate'::text, v_nth_at + {WINDOW_MS} - v_now,
+                                        NULL::bigint, NULL::text[];
+                    RETURN;
+                END IF;
+            END IF;
+        END IF;
+
+        IF p_concurrent > 0 THEN
+            DELETE FROM memsvc_limit_slots s
+             WHERE s.key_id = p_key
+               AND (s.expires_ms <= v_now OR (s.holder = ANY (p_dead) AND s.id <= p_dead_upto));
+            SELECT count(*), max(s.id), array_agg(DISTINCT s.holder)
+              INTO v_held, v_newest, v_holders
+              FROM memsvc_limit_slots s
+             WHERE s.key_id = p_key;
+            IF v_held >= p_concurrent THEN
+                RETURN QUERY SELECT 'concurrent'::text, 1000::bigint, v_newest, v_holders;
+                RETURN;
+            END IF;
+        END IF;
+
+        -- Admitted: only now is anything recorded.
+        IF p_per_minute > 0 THEN
+            -- The key's calls that left the window, oldest first.
+            DELETE FROM memsvc_limit_calls c
+             WHERE c.key_id = p_key
+               AND c.seq < coalesce(
+                   (SELECT min(i.seq) FROM memsvc_limit_calls i
+                     WHERE i.key_id = p_key AND i.at_ms > v_at - {WINDOW_MS}),
+                   v_last_seq + 1);
+            INSERT INTO memsvc_limit_calls (key_id, seq, at_ms)
+            VALUES (p_key, coalesce(v_last_seq, 0) + 1, v_at);
+        END IF;
+        IF p_concurrent > 0 THEN
+            INSERT INTO memsvc_limit_slots (key_id, holder, expires_ms)
+            VALUES (p_key, p_holder, v_now + p_ttl_ms)
+            RETURNING id INTO v_slot;
+        END IF;
+        RETURN QUERY SELECT NULL::text, 0::bigint, v_slot, NULL::text[];
+    END
+    $$
+    """,
+    """
+    CREATE OR REPLACE FUNCTION memsvc_limit_release(p_key text, p_slot bigint)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    BEGIN
+        DELETE FROM memsvc_limit_slots s WHERE s.id = p_slot AND s.key_id = p_key;
+        RETURN FOUND;
+    END
+    $$
+    """,
+    # The holders of a key's unexpired slots, and how many each holds.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_holders(p_key text, p_now_ms bigint)
+    RETURNS TABLE (holder text, slots bigint)
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    BEGIN
+        RETURN QUERY
+        SELECT s.holder, count(*)
+          FROM memsvc_limit_slots s
+         WHERE s.key_id = p_key AND s.expires_ms > coalesce(p_now_ms, {_NOW_MS})
+         GROUP BY s.holder;
+    END
+    $$
+    """,
+    # Rows of keys that made no call for a while (the others clean up after
+    # themselves): calls two windows old, slots a minute past expiry. Takes no
+    # key's lock: nothing it deletes counts any more.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_sweep(p_now_ms bigint)
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    DECLARE
+        v_now bigint := coalesce(p_now_ms, {_NOW_MS});
+        v_calls bigint;
+        v_slots bigint;
+    BEGIN
+        DELETE FROM memsvc_limit_calls c WHERE c.at_ms <= v_now - {_SWEEP_CALLS_AFTER_MS};
+        GET DIAGNOSTICS v_calls = ROW_COUNT;
+        DELETE FROM memsvc_limit_slots s WHERE s.expires_ms <= v_now - {_SWEEP_SLOTS_AFTER_MS};
+        GET DIAGNOSTICS v_slots = ROW_COUNT;
+        RETURN v_calls + v_slots;
+    END
+    $$
+    """,
+]
+
+_ACQUIRE: t.Final = (
+    "SELECT refused, retry_after_ms, slot, holders FROM memsvc_limit_acquire("
+    "%s::text, %s::integer, %s::integer, %s::text, %s::bigint, %s::bigint, "
+    "%s::text[], %s::bigint)"
+)
+_RELEASE: t.Final = "SELECT memsvc_limit_release(%s::text, %s::bigint)"
+_HOLDERS: t.Final = "SELECT holder, slots FROM memsvc_limit_holders(%s::text, %s::bigint)"
+_SWEEP: t.Final = "SELECT memsvc_limit_sweep(%s::bigint)"
+
+
+def install(conn: psycopg.Connection[t.Any]) -> None:
+    """Create the limiter's tables and functions if they are missing (idempotent)."""
+    with conn.transaction():
+        # Two servers installing at once would race on the catalogs.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memsvc-limits-install', 0))")
+        for statement in SCHEMA:
+            conn.execute(statement)
+
+
+class PgLimiter:
+    """Admits or refuses calls per key, consistently across every server sharing a database.
+
+    A drop-in for :class:`memsvc.limits.Limiter`; its tokens are slot ids.
+    ``connect`` returns a context manager giving a psycopg connection (a
+    pool's ``connection``), in autocommit mode or not but not inside a
+    transaction: each call runs as one statement in autocommit mode, so it
+    is committed before it returns, and the connection's mode is restored.
+    """
+
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        slot_ttl_ms: int = 120_000,
+        holder: str | None = None,
+        clock: t.Callable[[], int] | None = None,
+    ):
+        self._connect = connect
+        self.slot_ttl_ms = slot_ttl_ms
+        #: Milliseconds, instead of the database's clock (for tests).
+        self.clock = clock
+        self._holder = holder
+        self._host = socket.gethostname()
+
+    @property
+    def holder(self) -> str:
+        """Who this process's slots belong to: ``host:pid`` unless given."""
+        # The pid is read each time: a worker forked after the limiter was
+        # made holds its slots under its own.
+        return self._holder if self._holder is not None else f"{self._host}:{os.getpid()}"
+
+    def acquire(self, key_id: str, limits: Limits) -> int | None:
+        """Admit one call or raise :class:`Refused`; returns the token to :meth:`release`."""
+        if not limits.per_minute and not limits.concurrent:
+            return None
+        now = self.clock() if self.clock is not None else None
+        args: list[t.Any] = [
+            key_id,
+            limits.per_minute,
+            limits.concurrent,
+            self.holder,
+            now,
+            self.slot_ttl_ms,
+            None,
+            None,
+        ]
+        with self._connect() as conn:
+            refused, retry_after_ms, slot, holders = self._one(conn, _ACQUIRE, args)
+            if refused == "concurrent":
+                # Before refusing: slots of this host's processes that are gone.
+                dead = [h for h in holders if self._dead(h)]
+                if dead:
+                    args[6:] = [dead, slot]
+                    refused, retry_after_ms, slot, holders = self._one(conn, _ACQUIRE, args)
+        if refused == "rate":
+            raise Refused(
+                f"Rate limit exceeded: {limits.per_minute} requests per minute",
+                max(1, math.ceil(retry_after_ms / 1000)),
+            )
+        if refused == "concurrent":
+            raise Refused(
+                f"Too many concurrent requests: at most {limits.concurrent} at once per API key",
+                1,
+            )
+        return t.cast(int | None, slot)
+
+    def release(self, key_id: str, held: int | None) -> None:
+        """Free the concurrency slot a call held."""
+        if held is None:
+            return
+        with self._connect() as conn:
+            self._one(conn, _RELEASE, [key_id, held])
+
+    def executing(self, key_id: str) -> int:
+        """How many calls of the key hold a slot now."""
+        now = self.clock() if self.clock is not None else None
+        with self._connect() as conn:
+            rows = self._all(conn, _HOLDERS, [key_id, now])
+        return sum(int(count) for holder, count in rows if not self._dead(holder))
+
+    def sweep(self) -> int:
+        """Delete rows of keys that made no call for a while; returns how many."""
+        now = self.clock() if self.clock is not None else None
+        with self._connect() as conn:
+            (deleted,) = self._one(conn, _SWEEP, [now])
+        return int(deleted)
+
+    # -- internals -----------------------------------------------------------------
+
+    def _one(self, conn: psycopg.Connection[t.Any], query: str, args: list[t.Any]) -> t.Any:
+        rows = self._all(conn, query, args)
+        assert len(rows) == 1, rows
+        return rows[0]
+
+    def _all(self, conn: psycopg.Connection[t.Any], query: str, args: list[t.Any]) -> list[t.Any]:
+        """Run one statement in a transaction of its own, committed before returning."""
+        if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError(
+                "the limiter needs a connection of its own, not one inside a transaction: "
+                "its key locks are held, and its rows unseen, until that transaction ends"
+            )
+        if conn.autocommit:
+            return conn.execute(query, args).fetchall()  # one statement, one transaction
+        # The same, one round trip, rather than BEGIN, the call, COMMIT (three),
+        # and in the server's default isolation rather than the connection's.
+        conn.autocommit = True
+        try:
+            return conn.execute(query, args).fetchall()
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a broken connection: the pool drops it
+                conn.autocommit = False
+
+    def _dead(self, holder: str) -> bool:
+        """Whether ``holder`` is a process of this host that no longer exists."""
+        host, _, pid_text = holder.rpartition(":")
+        if host != self._host or not (pid_text.isascii() and pid_text.isdigit()):
+            return False  # another box's: it frees its slots at expiry
+        pid = int(pid_text)
+        if pid <= 0 or pid == os.getpid():
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except (PermissionError, OverflowError):
+            return False  # exists (someone else's), or not a pid at all
+        return False
+
+
+__all__ = ["SCHEMA", "PgLimiter", "install"]
