@@ -2,11 +2,11 @@
 
 :func:`server` starts one PostgreSQL per test process (the ``pgserver``
 package's own build, pgvector included), listening only on a unix socket
-in a new temporary folder, with no disk flushes (fsync off: its data is
-thrown away); it is stopped, and its folder removed, when the interpreter
-exits. Each test then makes its own database with
-:func:`fresh_database` (about 60 ms) and drops it with
-:func:`drop_database`.
+in a new temporary folder (on tmpfs if the box has one), with no disk
+flushes (fsync off: its data is thrown away); it is stopped, and its
+folder removed, when the interpreter exits. Each test then makes its own
+database with :func:`fresh_database` (10-30 ms on tmpfs) and drops it
+with :func:`drop_database`.
 
 If PostgreSQL cannot start, :class:`PostgresUnavailable` says why: tests
 that need it fail, they are never skipped.
@@ -57,7 +57,11 @@ def server() -> PostgresServer:
 
 
 def _start() -> PostgresServer:
-    pgdata = tempfile.mkdtemp(prefix="memsvc-pg-")
+    # On tmpfs where there is one: making a database copies its template's
+    # 7.5 MB, several times faster in memory than through a busy disk.
+    shm = "/dev/shm"
+    parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    pgdata = tempfile.mkdtemp(prefix="memsvc-pg-", dir=parent)
     try:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (pgserver keeps
