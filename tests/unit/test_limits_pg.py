@@ -88,6 +88,14 @@ def rows(url, table, key=None):
         return conn.execute(f"SELECT count(*) FROM {table} WHERE key_id = %s", [key]).fetchone()[0]
 
 
+def held_slots(url, key):
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM memsvc_limit_slots WHERE key_id = %s AND holder IS NOT NULL",
+            [key],
+        ).fetchone()[0]
+
+
 RATE_ONLY = Limits(100, 0)
 
 
@@ -231,7 +239,7 @@ def test_slots_of_a_killed_worker_on_this_host_are_reclaimed(pool, db):
     assert limiter.executing("k") == 0
     assert admit(limiter, Limits(0, 10)) != "refused"
     assert limiter.executing("k") == 1
-    assert rows(db, "memsvc_limit_slots", "k") == 1  # the dead worker's rows are gone
+    assert held_slots(db, "k") == 1  # the dead worker's are free
 
 
 def test_a_dead_holder_on_another_host_frees_its_slots_at_expiry(pool, clock):
@@ -398,7 +406,7 @@ def test_a_sweep_deletes_the_rows_of_idle_keys(limiter, clock, db):
     for _ in range(5):
         limiter.acquire("idle", Limits(10, 0))
     for _ in range(2):
-        limiter.acquire("idle", Limits(0, 2))  # never released; expire at start + 120 s
+        stale = limiter.acquire("idle", Limits(0, 2))  # never released; expire at start + 120 s
     clock.now = start + 100 * S
     limiter.acquire("active", Limits(10, 0))
     clock.now = start + 120 * S - 1
@@ -406,7 +414,43 @@ def test_a_sweep_deletes_the_rows_of_idle_keys(limiter, clock, db):
     clock.now = start + 180 * S
     assert limiter.sweep() == 5 + 2
     assert rows(db, "memsvc_limit_calls", "active") == 1
-    assert rows(db, "memsvc_limit_slots") == 0
+    assert rows(db, "memsvc_limit_slots") == rows(db, "memsvc_limit_keys", "idle") == 0
+    # The key starts afresh; a token from before the sweep frees nothing.
+    assert all(admit(limiter, Limits(10, 2), "idle") != "refused" for _ in range(2))
+    limiter.release("idle", stale)
+    assert limiter.executing("idle") == 2
+
+
+def test_a_late_release_does_not_free_the_slots_next_holder(limiter, clock):
+    late = limiter.acquire("k", Limits(0, 1))
+    clock.now += limiter.slot_ttl_ms  # the call outlived its slot
+    current = limiter.acquire("k", Limits(0, 1))
+    assert current[0] == late[0]  # the same slot, reused
+    limiter.release("k", late)
+    assert limiter.executing("k") == 1
+    assert admit(limiter, Limits(0, 1)) == "refused"
+    limiter.release("k", current)
+    assert limiter.executing("k") == 0
+
+
+def test_slots_are_reused_and_calls_deleted_as_they_go(limiter, clock, db):
+    for _ in range(300):
+        clock.now += 1 * S
+        limiter.release("k", limiter.acquire("k", Limits(100, 3)))
+    assert rows(db, "memsvc_limit_slots", "k") == 1  # never more than one held at once
+    assert 60 <= rows(db, "memsvc_limit_calls", "k") <= 60 + 2  # a minute's calls
+
+
+def test_a_keys_row_lost_is_rebuilt_from_its_calls(limiter, clock, db):
+    for _ in range(3):
+        clock.now += 1
+        limiter.acquire("k", Limits(3, 0))
+    with psycopg.connect(db) as conn:
+        conn.execute("DELETE FROM memsvc_limit_keys")
+    assert admit(limiter, Limits(3, 0)) == "refused"
+    clock.now += 60 * S
+    assert admit(limiter, Limits(3, 0)) != "refused"
+    assert admit(limiter, Limits(3, 0)) != "refused"
 
 
 @contextlib.contextmanager
