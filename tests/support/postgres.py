@@ -47,7 +47,7 @@ def server() -> PostgresServer:
     with _lock:
         if _server is None:
             if _failure is not None:
-                raise _failure  # do not try again for every test
+                raise PostgresUnavailable(str(_failure))  # not again for every test
             try:
                 _server = _start()
             except PostgresUnavailable as e:
@@ -66,7 +66,7 @@ def _start() -> PostgresServer:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (pgserver keeps
             # a lock file there) and falls back to /tmp: harmless here.
-            warnings.simplefilter("ignore")
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
             import pgserver
 
             started = pgserver.get_server(pgdata, cleanup_mode="stop")

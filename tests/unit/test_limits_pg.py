@@ -204,6 +204,14 @@ def test_zero_means_unlimited_and_asks_no_database():
     limiter.release("k", None)
 
 
+def test_a_slot_records_its_holder_and_expiry(limiter, clock, db):
+    assert limiter.holder == f"{socket.gethostname()}:{os.getpid()}"
+    limiter.acquire("k", Limits(0, 1))
+    with psycopg.connect(db) as conn:
+        row = conn.execute("SELECT holder, expires_ms FROM memsvc_limit_slots").fetchone()
+    assert row == (limiter.holder, clock.now + limiter.slot_ttl_ms)
+
+
 def test_expired_slots_free_themselves(limiter, clock):
     limits = Limits(0, 2)
     limiter.acquire("k", limits)
@@ -303,7 +311,11 @@ def test_threads_together_never_exceed_the_limit(pool):
 
     def run():
         barrier.wait()
-        accepted.append(sum(admit(limiter, Limits(100, 5)) != "refused" for _ in range(40)))
+        both = rate = 0
+        for _ in range(40):
+            both += admit(limiter, Limits(100, 5), "both") != "refused"
+            rate += admit(limiter, Limits(100, 0), "rate") != "refused"
+        accepted.append((both, rate))
 
     threads = [threading.Thread(target=run) for _ in range(8)]
     for th in threads:
@@ -311,8 +323,9 @@ def test_threads_together_never_exceed_the_limit(pool):
     for th in threads:
         th.join()
     # Nothing is released, so concurrency (5) binds before the rate does.
-    assert sum(accepted) == 5
-    assert limiter.executing("k") == 5
+    assert sum(both for both, _ in accepted) == 5
+    assert limiter.executing("both") == 5
+    assert sum(rate for _, rate in accepted) == 100
 
 
 def test_a_busy_key_does_not_hold_up_another(pool, db):

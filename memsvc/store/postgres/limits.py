@@ -65,7 +65,7 @@ from ...limits import WINDOW_MS
 from ...limits import Limits
 from ...limits import Refused
 
-Connect = t.Callable[[], t.ContextManager[psycopg.Connection[t.Any]]]
+Connect = t.Callable[[], contextlib.AbstractContextManager[psycopg.Connection[t.Any]]]
 
 #: Rows older than this (two windows) are past any use; :meth:`PgLimiter.sweep`
 #: removes those of keys that made no call since.
