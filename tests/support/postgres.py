@@ -2,10 +2,11 @@
 
 :func:`server` starts one PostgreSQL per test process (the ``pgserver``
 package's own build, pgvector included), listening only on a unix socket
-in a new temporary folder; it is stopped, and its folder removed, when the
-interpreter exits. Each test then makes its own database with
-:func:`fresh_database` (about 60 ms) and drops it with
-:func:`drop_database`.
+in a new temporary folder (on tmpfs if the box has one), with no disk
+flushes (fsync off: its data is thrown away); it is stopped, and its
+folder removed, when the interpreter exits. Each test then makes its own
+database with :func:`fresh_database` (10-30 ms on tmpfs) and drops it
+with :func:`drop_database`.
 
 If PostgreSQL cannot start, :class:`PostgresUnavailable` says why: tests
 that need it fail, they are never skipped.
@@ -46,7 +47,7 @@ def server() -> PostgresServer:
     with _lock:
         if _server is None:
             if _failure is not None:
-                raise _failure  # do not try again for every test
+                raise PostgresUnavailable(str(_failure))  # not again for every test
             try:
                 _server = _start()
             except PostgresUnavailable as e:
@@ -56,12 +57,16 @@ def server() -> PostgresServer:
 
 
 def _start() -> PostgresServer:
-    pgdata = tempfile.mkdtemp(prefix="memsvc-pg-")
+    # On tmpfs where there is one: making a database copies its template's
+    # 7.5 MB, several times faster in memory than through a busy disk.
+    shm = "/dev/shm"
+    parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    pgdata = tempfile.mkdtemp(prefix="memsvc-pg-", dir=parent)
     try:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (pgserver keeps
             # a lock file there) and falls back to /tmp: harmless here.
-            warnings.simplefilter("ignore")
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
             import pgserver
 
             started = pgserver.get_server(pgdata, cleanup_mode="stop")
@@ -78,6 +83,17 @@ def _start() -> PostgresServer:
             f"{type(e).__name__}: {e}" + (f"\n--- its log ends:\n{log}" if log else "")
         ) from e
     atexit.register(_stop, started, pgdata, os.getpid())
+    try:
+        with psycopg.connect(started.get_uri(), autocommit=True) as conn:
+            # Throwaway data: no waiting for the disk (databases are made
+            # and dropped by the hundred).
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = off").format(sql.Identifier(setting)))
+            conn.execute("SELECT pg_reload_conf()")
+    except psycopg.Error as e:
+        raise PostgresUnavailable(
+            f"PostgreSQL for the tests started in {pgdata} but does not answer: {e}"
+        ) from e
     return started
 
 

@@ -5,17 +5,26 @@ answers, counted once for all the servers (and all their worker processes)
 that share one database:
 
 * **rate**: at most N accepted calls in any rolling 60 seconds. Each
-  accepted call is a row (key, sequence number, time); a call is accepted
-  only if the key's N-th most recent call is 60 s old or more (or does not
-  exist). That is exact: no 60-second window, wherever it starts, ever holds
-  more than N. Rows that left the window are deleted by the key's next
-  accepted call, oldest first, so a key keeps about one window of rows.
-* **concurrency**: at most M calls executing at once. Each executing call
-  holds a row (its holder, ``host:pid``, and an expiry) until it is
-  answered. A row past its expiry no longer counts; nor does one whose
-  holder is a process of this host that no longer exists, so a killed
-  worker frees its slots at the next refusal on its own box, and a dead
-  holder elsewhere frees them at expiry.
+  accepted call is a row (key, sequence number 1, 2, 3..., time); a call is
+  accepted only if the key's N-th most recent call is 60 s old or more (or
+  does not exist). That is exact: no 60-second window, wherever it starts,
+  ever holds more than N. Each accepted call deletes the key's rows that
+  left the window, oldest first, from where the last deletion stopped (kept
+  in the key's row of ``memsvc_limit_keys``), so it never walks over deleted
+  rows again and a key keeps about one window of rows.
+* **concurrency**: at most M calls executing at once. A key has slot rows
+  0, 1, 2... (as many as it ever held at once), reused in place; an
+  executing call holds one (its holder, ``host:pid``, a ticket, an expiry)
+  until it is answered. A slot past its expiry no longer counts; nor does
+  one whose holder is a process of this host that no longer exists, so a
+  killed worker's slots are freed at the next refusal on its own box, and a
+  dead holder's elsewhere at expiry.
+
+Rows updated in place (a key's row, its slots) change no indexed column,
+in tables that leave room in each page (fillfactor 50): the updates stay
+within the page (HOT) and add no index entries; deleted calls are never
+read again. So what an acquire costs does not grow with a busy key's
+traffic between two vacuums.
 
 Times come from the database's clock (``clock_timestamp()``), one clock for
 every server. A key's times never go back: if that clock is set back a
@@ -23,10 +32,11 @@ little, the key's calls keep counting at the times they were recorded;
 if by more than a minute, the key's history (from the clock's future) is
 forgotten.
 
-Each call is one statement, ``SELECT`` of a plpgsql function that first
-takes a transaction-level advisory lock on the key, so calls of one key
-are serialised across every server while keys never wait on each other. A
-refused call records nothing. The functions need READ COMMITTED (each of
+Each acquire or release is one statement, ``SELECT`` of a plpgsql
+function. Acquire first takes a transaction-level advisory lock on the
+key, so the acquires of one key are serialised across every server while
+keys never wait on each other; a release frees its own slot by its ticket.
+A refused call records nothing. The functions need READ COMMITTED (each of
 their statements must see what the key's previous holder of the lock
 committed) and say so if run under another isolation level.
 
@@ -36,7 +46,8 @@ failover to a replica, empties them and only resets the counters), as are
 those of :class:`memsvc.limits.Limiter`.
 
 :data:`SCHEMA` creates the tables and functions (idempotently);
-:func:`install` runs it.
+:func:`install` runs it. :meth:`PgLimiter.sweep` deletes what keys that
+made no call for a while left behind (for periodic housekeeping).
 """
 
 from __future__ import annotations
@@ -54,7 +65,7 @@ from ...limits import WINDOW_MS
 from ...limits import Limits
 from ...limits import Refused
 
-Connect = t.Callable[[], t.ContextManager[psycopg.Connection[t.Any]]]
+Connect = t.Callable[[], contextlib.AbstractContextManager[psycopg.Connection[t.Any]]]
 
 #: Rows older than this (two windows) are past any use; :meth:`PgLimiter.sweep`
 #: removes those of keys that made no call since.
@@ -65,8 +76,19 @@ _SWEEP_SLOTS_AFTER_MS = WINDOW_MS
 _NOW_MS = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 SCHEMA: list[str] = [
-    # One row per accepted call of a rate-limited key. ``seq`` counts the
-    # key's calls (1, 2, 3...); ``at_ms`` never decreases along it.
+    # One row per rate-limited key: its calls below first_seq are deleted,
+    # its latest is last_seq (0: none), made at last_at (the key's time,
+    # which never decreases). Updated in place by every admitted call.
+    """
+    CREATE UNLOGGED TABLE IF NOT EXISTS memsvc_limit_keys (
+        key_id text PRIMARY KEY,
+        first_seq bigint NOT NULL,
+        last_seq bigint NOT NULL,
+        last_at bigint NOT NULL
+    ) WITH (fillfactor = 50)
+    """,
+    # One row per accepted call of a rate-limited key, numbered 1, 2, 3...;
+    # at_ms never decreases along seq.
     """
     CREATE UNLOGGED TABLE IF NOT EXISTS memsvc_limit_calls (
         key_id text NOT NULL,
@@ -75,24 +97,26 @@ SCHEMA: list[str] = [
         PRIMARY KEY (key_id, seq) INCLUDE (at_ms)
     )
     """,
-    # One row per executing call of a concurrency-limited key.
+    # A concurrency-limited key's slots, 0, 1, 2... (as many as it ever held
+    # at once), reused in place: holder NULL when free. The ticket changes
+    # with every use, so a late release cannot free the slot's next holder.
     """
     CREATE UNLOGGED TABLE IF NOT EXISTS memsvc_limit_slots (
-        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         key_id text NOT NULL,
-        holder text NOT NULL,
-        expires_ms bigint NOT NULL
-    )
+        n integer NOT NULL,
+        holder text,
+        ticket bigint NOT NULL,
+        expires_ms bigint NOT NULL,
+        PRIMARY KEY (key_id, n)
+    ) WITH (fillfactor = 50)
     """,
-    "CREATE INDEX IF NOT EXISTS memsvc_limit_slots_key ON memsvc_limit_slots (key_id)",
-    # Admit one call of p_key or say why not. Admitted: refused is NULL and
-    # slot is the slot held (NULL without a concurrency limit). Refused for
-    # the rate: refused = 'rate', retry_after_ms until the call that must
-    # leave the window leaves it. Refused for concurrency: refused =
-    # 'concurrent', holders = the holders of the slots counted, slot = the
-    # newest of them; the caller may then name the holders it knows to be
-    # dead (p_dead) and ask again: their slots up to p_dead_upto are freed.
-    # p_now_ms NULL: the database's clock.
+    # Admit one call of p_key or say why not. Admitted: refused is NULL, and
+    # (slot, ticket) is the slot held (NULL without a concurrency limit).
+    # Refused for the rate: refused = 'rate', retry_after_ms until the call
+    # that must leave the window leaves it. Refused for concurrency: refused
+    # = 'concurrent', and holders, slots, tickets list the slots counted; the
+    # caller may then ask again naming those it knows to be dead (p_free_slots,
+    # p_free_tickets): they are freed first. p_now_ms NULL: the database's clock.
     f"""
     CREATE OR REPLACE FUNCTION memsvc_limit_acquire(
         p_key text,
@@ -101,21 +125,27 @@ SCHEMA: list[str] = [
         p_holder text,
         p_now_ms bigint,
         p_ttl_ms bigint,
-        p_dead text[] DEFAULT NULL,
-        p_dead_upto bigint DEFAULT NULL
-    ) RETURNS TABLE (refused text, retry_after_ms bigint, slot bigint, holders text[])
+        p_free_slots integer[] DEFAULT NULL,
+        p_free_tickets bigint[] DEFAULT NULL
+    ) RETURNS TABLE (
+        refused text, retry_after_ms bigint, slot integer, ticket bigint,
+        holders text[], slots integer[], tickets bigint[]
+    )
     LANGUAGE plpgsql VOLATILE
     AS $$
     DECLARE
         v_now bigint;
         v_at bigint;
+        v_first bigint;
         v_last_seq bigint;
         v_last_at bigint;
         v_nth_at bigint;
+        v_nth bigint;
+        v_deleted bigint;
         v_held bigint;
-        v_newest bigint;
-        v_holders text[];
-        v_slot bigint;
+        v_free integer;
+        v_next integer;
+        v_ticket bigint;
     BEGIN
         IF current_setting('transaction_isolation') <> 'read committed' THEN
             RAISE EXCEPTION 'memsvc limits need READ COMMITTED transactions, not %',
@@ -129,77 +159,117 @@ SCHEMA: list[str] = [
         v_at := v_now;
 
         IF p_per_minute > 0 THEN
-            SELECT c.seq, c.at_ms INTO v_last_seq, v_last_at
-              FROM memsvc_limit_calls c
-             WHERE c.key_id = p_key
-             ORDER BY c.seq DESC
-             LIMIT 1;
+            SELECT k.first_seq, k.last_seq, k.last_at INTO v_first, v_last_seq, v_last_at
+              FROM memsvc_limit_keys k
+             WHERE k.key_id = p_key;
+            IF NOT FOUND THEN
+                -- A new key (or one swept while idle): from its rows, if any.
+                SELECT coalesce(min(c.seq), 1), coalesce(max(c.seq), 0), max(c.at_ms)
+                  INTO v_first, v_last_seq, v_last_at
+                  FROM memsvc_limit_calls c
+                 WHERE c.key_id = p_key;
+            END IF;
             IF v_last_at > v_now + {WINDOW_MS} THEN
                 -- Recorded by a clock far ahead of this one: meaningless now.
-                DELETE FROM memsvc_limit_calls c WHERE c.key_id = p_key;
-                v_last_seq := NULL;
+                DELETE FROM memsvc_limit_calls c
+                 WHERE c.key_id = p_key AND c.seq >= v_first AND c.seq <= v_last_seq;
+                v_first := v_last_seq + 1;
             ELSIF v_last_at > v_now THEN
                 v_at := v_last_at;  -- the clock was set back a little
             END IF;
-            IF v_last_seq IS NOT NULL THEN
+            v_nth := v_last_seq - p_per_minute + 1;  -- the key's N-th most recent call
+            IF v_nth >= v_first THEN
                 SELECT c.at_ms INTO v_nth_at
                   FROM memsvc_limit_calls c
-                 WHERE c.key_id = p_key AND c.seq = v_last_seq - p_per_minute + 1;
+                 WHERE c.key_id = p_key AND c.seq = v_nth;
                 IF v_nth_at > v_at - {WINDOW_MS} THEN
                     RETURN QUERY SELECT 'rate'::text, v_nth_at + {WINDOW_MS} - v_now,
-                                        NULL::bigint, NULL::text[];
+                        NULL::integer, NULL::bigint, NULL::text[], NULL::integer[], NULL::bigint[];
                     RETURN;
                 END IF;
             END IF;
         END IF;
 
         IF p_concurrent > 0 THEN
-            DELETE FROM memsvc_limit_slots s
-             WHERE s.key_id = p_key
-               AND (s.expires_ms <= v_now OR (s.holder = ANY (p_dead) AND s.id <= p_dead_upto));
-            SELECT count(*), max(s.id), array_agg(DISTINCT s.holder)
-              INTO v_held, v_newest, v_holders
+            IF p_free_slots IS NOT NULL THEN
+                UPDATE memsvc_limit_slots s
+                   SET holder = NULL
+                  FROM unnest(p_free_slots, p_free_tickets) AS d (n, ticket)
+                 WHERE s.key_id = p_key AND s.n = d.n AND s.ticket = d.ticket;
+            END IF;
+            SELECT count(*) FILTER (WHERE s.holder IS NOT NULL AND s.expires_ms > v_now),
+                   min(s.n) FILTER (WHERE s.holder IS NULL OR s.expires_ms <= v_now),
+                   coalesce(max(s.n) + 1, 0)
+              INTO v_held, v_free, v_next
               FROM memsvc_limit_slots s
              WHERE s.key_id = p_key;
             IF v_held >= p_concurrent THEN
-                RETURN QUERY SELECT 'concurrent'::text, 1000::bigint, v_newest, v_holders;
+                RETURN QUERY
+                SELECT 'concurrent'::text, 1000::bigint, NULL::integer, NULL::bigint,
+                       array_agg(s.holder), array_agg(s.n), array_agg(s.ticket)
+                  FROM memsvc_limit_slots s
+                 WHERE s.key_id = p_key AND s.holder IS NOT NULL AND s.expires_ms > v_now;
                 RETURN;
             END IF;
         END IF;
 
         -- Admitted: only now is anything recorded.
         IF p_per_minute > 0 THEN
-            -- The key's calls that left the window, oldest first.
+            -- The key's calls that left the window, oldest first: all those
+            -- up to its N-th most recent (out of it, or this call would have
+            -- been refused) and up to two more. Only the range from first_seq
+            -- is read: rows deleted before are not walked over again.
             DELETE FROM memsvc_limit_calls c
              WHERE c.key_id = p_key
-               AND c.seq < coalesce(
-                   (SELECT min(i.seq) FROM memsvc_limit_calls i
-                     WHERE i.key_id = p_key AND i.at_ms > v_at - {WINDOW_MS}),
-                   v_last_seq + 1);
+               AND c.seq >= v_first AND c.seq < greatest(v_first + 2, v_nth + 1)
+               AND c.at_ms <= v_at - {WINDOW_MS};
+            GET DIAGNOSTICS v_deleted = ROW_COUNT;
+            v_first := greatest(v_first + v_deleted, v_nth + 1);
             INSERT INTO memsvc_limit_calls (key_id, seq, at_ms)
-            VALUES (p_key, coalesce(v_last_seq, 0) + 1, v_at);
+            VALUES (p_key, v_last_seq + 1, v_at);
+            INSERT INTO memsvc_limit_keys AS k (key_id, first_seq, last_seq, last_at)
+            VALUES (p_key, v_first, v_last_seq + 1, v_at)
+            ON CONFLICT (key_id) DO UPDATE
+               SET first_seq = excluded.first_seq,
+                   last_seq = excluded.last_seq,
+                   last_at = excluded.last_at;
         END IF;
         IF p_concurrent > 0 THEN
-            INSERT INTO memsvc_limit_slots (key_id, holder, expires_ms)
-            VALUES (p_key, p_holder, v_now + p_ttl_ms)
-            RETURNING id INTO v_slot;
+            IF v_free IS NOT NULL THEN
+                UPDATE memsvc_limit_slots s
+                   SET holder = p_holder,
+                       ticket = greatest(s.ticket + 1, v_now * 1000),
+                       expires_ms = v_now + p_ttl_ms
+                 WHERE s.key_id = p_key AND s.n = v_free
+                RETURNING s.ticket INTO v_ticket;
+            END IF;
+            IF v_ticket IS NULL THEN  -- every slot is held (or just swept): one more
+                v_free := v_next;
+                INSERT INTO memsvc_limit_slots (key_id, n, holder, ticket, expires_ms)
+                VALUES (p_key, v_free, p_holder, v_now * 1000, v_now + p_ttl_ms)
+                RETURNING memsvc_limit_slots.ticket INTO v_ticket;
+            END IF;
         END IF;
-        RETURN QUERY SELECT NULL::text, 0::bigint, v_slot, NULL::text[];
+        RETURN QUERY SELECT NULL::text, 0::bigint, v_free, v_ticket,
+            NULL::text[], NULL::integer[], NULL::bigint[];
     END
     $$
     """,
     """
-    CREATE OR REPLACE FUNCTION memsvc_limit_release(p_key text, p_slot bigint)
+    CREATE OR REPLACE FUNCTION memsvc_limit_release(p_key text, p_slot integer, p_ticket bigint)
     RETURNS boolean
     LANGUAGE plpgsql VOLATILE
     AS $$
     BEGIN
-        DELETE FROM memsvc_limit_slots s WHERE s.id = p_slot AND s.key_id = p_key;
+        UPDATE memsvc_limit_slots s
+           SET holder = NULL
+         WHERE s.key_id = p_key AND s.n = p_slot AND s.ticket = p_ticket
+           AND s.holder IS NOT NULL;
         RETURN FOUND;
     END
     $$
     """,
-    # The holders of a key's unexpired slots, and how many each holds.
+    # The holders of a key's slots held now, and how many each holds.
     f"""
     CREATE OR REPLACE FUNCTION memsvc_limit_holders(p_key text, p_now_ms bigint)
     RETURNS TABLE (holder text, slots bigint)
@@ -209,14 +279,16 @@ SCHEMA: list[str] = [
         RETURN QUERY
         SELECT s.holder, count(*)
           FROM memsvc_limit_slots s
-         WHERE s.key_id = p_key AND s.expires_ms > coalesce(p_now_ms, {_NOW_MS})
+         WHERE s.key_id = p_key AND s.holder IS NOT NULL
+           AND s.expires_ms > coalesce(p_now_ms, {_NOW_MS})
          GROUP BY s.holder;
     END
     $$
     """,
-    # Rows of keys that made no call for a while (the others clean up after
-    # themselves): calls two windows old, slots a minute past expiry. Takes no
-    # key's lock: nothing it deletes counts any more.
+    # The rows of keys that made no call for a while (the others clean up
+    # after themselves): calls two windows old, slots a minute past their
+    # last expiry. Takes no key's lock: nothing it deletes counts any more,
+    # and each row is checked again if an acquire changes it meanwhile.
     f"""
     CREATE OR REPLACE FUNCTION memsvc_limit_sweep(p_now_ms bigint)
     RETURNS bigint
@@ -229,7 +301,13 @@ SCHEMA: list[str] = [
     BEGIN
         DELETE FROM memsvc_limit_calls c WHERE c.at_ms <= v_now - {_SWEEP_CALLS_AFTER_MS};
         GET DIAGNOSTICS v_calls = ROW_COUNT;
-        DELETE FROM memsvc_limit_slots s WHERE s.expires_ms <= v_now - {_SWEEP_SLOTS_AFTER_MS};
+        DELETE FROM memsvc_limit_keys k WHERE k.last_at <= v_now - {_SWEEP_CALLS_AFTER_MS};
+        DELETE FROM memsvc_limit_slots s
+         WHERE s.expires_ms <= v_now - {_SWEEP_SLOTS_AFTER_MS}
+           AND s.key_id IN (
+               SELECT i.key_id FROM memsvc_limit_slots i
+                GROUP BY i.key_id
+               HAVING max(i.expires_ms) <= v_now - {_SWEEP_SLOTS_AFTER_MS});
         GET DIAGNOSTICS v_slots = ROW_COUNT;
         RETURN v_calls + v_slots;
     END
@@ -238,11 +316,11 @@ SCHEMA: list[str] = [
 ]
 
 _ACQUIRE: t.Final = (
-    "SELECT refused, retry_after_ms, slot, holders FROM memsvc_limit_acquire("
-    "%s::text, %s::integer, %s::integer, %s::text, %s::bigint, %s::bigint, "
-    "%s::text[], %s::bigint)"
+    "SELECT refused, retry_after_ms, slot, ticket, holders, slots, tickets"
+    " FROM memsvc_limit_acquire(%s::text, %s::integer, %s::integer, %s::text,"
+    " %s::bigint, %s::bigint, %s::integer[], %s::bigint[])"
 )
-_RELEASE: t.Final = "SELECT memsvc_limit_release(%s::text, %s::bigint)"
+_RELEASE: t.Final = "SELECT memsvc_limit_release(%s::text, %s::integer, %s::bigint)"
 _HOLDERS: t.Final = "SELECT holder, slots FROM memsvc_limit_holders(%s::text, %s::bigint)"
 _SWEEP: t.Final = "SELECT memsvc_limit_sweep(%s::bigint)"
 
@@ -251,7 +329,7 @@ def install(conn: psycopg.Connection[t.Any]) -> None:
     """Create the limiter's tables and functions if they are missing (idempotent)."""
     with conn.transaction():
         # Two servers installing at once would race on the catalogs.
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memsvc-limits:install', 0))")
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memsvc-limits-install', 0))")
         for statement in SCHEMA:
             conn.execute(statement)
 
@@ -259,7 +337,7 @@ def install(conn: psycopg.Connection[t.Any]) -> None:
 class PgLimiter:
     """Admits or refuses calls per key, consistently across every server sharing a database.
 
-    A drop-in for :class:`memsvc.limits.Limiter`; its tokens are slot ids.
+    A drop-in for :class:`memsvc.limits.Limiter`; its tokens are (slot, ticket).
     ``connect`` returns a context manager giving a psycopg connection (a
     pool's ``connection``), in autocommit mode or not but not inside a
     transaction: each call runs as one statement in autocommit mode, so it
@@ -288,7 +366,7 @@ class PgLimiter:
         # made holds its slots under its own.
         return self._holder if self._holder is not None else f"{self._host}:{os.getpid()}"
 
-    def acquire(self, key_id: str, limits: Limits) -> int | None:
+    def acquire(self, key_id: str, limits: Limits) -> tuple[int, int] | None:
         """Admit one call or raise :class:`Refused`; returns the token to :meth:`release`."""
         if not limits.per_minute and not limits.concurrent:
             return None
@@ -304,13 +382,16 @@ class PgLimiter:
             None,
         ]
         with self._connect() as conn:
-            refused, retry_after_ms, slot, holders = self._one(conn, _ACQUIRE, args)
+            refused, retry_after_ms, slot, ticket, holders, slots, tickets = self._one(
+                conn, _ACQUIRE, args
+            )
             if refused == "concurrent":
                 # Before refusing: slots of this host's processes that are gone.
-                dead = [h for h in holders if self._dead(h)]
+                dead = {h for h in set(holders) if self._dead(h)}
                 if dead:
-                    args[6:] = [dead, slot]
-                    refused, retry_after_ms, slot, holders = self._one(conn, _ACQUIRE, args)
+                    gone = [i for i, h in enumerate(holders) if h in dead]
+                    args[6:] = [[slots[i] for i in gone], [tickets[i] for i in gone]]
+                    refused, retry_after_ms, slot, ticket, *_ = self._one(conn, _ACQUIRE, args)
         if refused == "rate":
             raise Refused(
                 f"Rate limit exceeded: {limits.per_minute} requests per minute",
@@ -321,14 +402,15 @@ class PgLimiter:
                 f"Too many concurrent requests: at most {limits.concurrent} at once per API key",
                 1,
             )
-        return t.cast(int | None, slot)
+        return None if slot is None else (int(slot), int(ticket))
 
-    def release(self, key_id: str, held: int | None) -> None:
+    def release(self, key_id: str, held: tuple[int, int] | None) -> None:
         """Free the concurrency slot a call held."""
         if held is None:
             return
+        slot, ticket = held
         with self._connect() as conn:
-            self._one(conn, _RELEASE, [key_id, held])
+            self._one(conn, _RELEASE, [key_id, slot, ticket])
 
     def executing(self, key_id: str) -> int:
         """How many calls of the key hold a slot now."""
@@ -372,7 +454,7 @@ class PgLimiter:
     def _dead(self, holder: str) -> bool:
         """Whether ``holder`` is a process of this host that no longer exists."""
         host, _, pid_text = holder.rpartition(":")
-        if host != self._host or not pid_text.isdigit():
+        if host != self._host or not (pid_text.isascii() and pid_text.isdigit()):
             return False  # another box's: it frees its slots at expiry
         pid = int(pid_text)
         if pid <= 0 or pid == os.getpid():
