@@ -4,8 +4,10 @@ A memory's text is cut into windows the model takes whole, overlapping by a
 quarter, and each window gets its own vector; a memory is then as similar
 to a query as its most similar window, so a fact in the last paragraph of a
 long memory is found as well as one in the first. Short texts, the usual
-case, are one window. A query longer than one window is embedded as the
-mean of its windows' vectors.
+case, are one window. A text the model takes whole also gets the vector of
+its whole; a longer one gets the mean of its windows' vectors instead. A
+query is embedded the same way, as its whole text or that mean, so a query
+repeating a memory's text finds that memory with similarity 1.
 
 Embedders cut their own windows (:meth:`windows`): the local model by its
 tokens, a remote model by characters, since memsvc cannot count a remote
@@ -36,7 +38,12 @@ def windows_of(embedder: Embedder, text: str) -> list[str]:
 
 
 def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndarray]:
-    """For each text, its windows' unit vectors, ``[windows, dimensions]``; one call when it can."""
+    """For each text, its unit vectors, ``[vectors, dimensions]``; one call when it can.
+
+    A short text has one; a longer one its whole text's (when the model
+    takes it whole) and its windows'; a text longer than the model takes,
+    its windows' and their mean.
+    """
     pieces = [windows_of(embedder, text) for text in texts]
     flat = [window for windows in pieces for window in windows]
     try:
@@ -46,14 +53,28 @@ def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndar
             raise
         # Halving changes how many vectors a text has: window by window.
         return [
-            np.concatenate([_embed_splitting(embedder, w, 0) for w in windows])
-            for windows in pieces
+            _with_mean(
+                text, windows, np.concatenate([_embed_splitting(embedder, w, 0) for w in windows])
+            )
+            for text, windows in zip(texts, pieces, strict=True)
         ]
     out, start = [], 0
-    for windows in pieces:
-        out.append(vectors[start : start + len(windows)])
+    for text, windows in zip(texts, pieces, strict=True):
+        out.append(_with_mean(text, windows, vectors[start : start + len(windows)]))
         start += len(windows)
     return out
+
+
+def _with_mean(text: str, windows: list[str], vectors: np.ndarray) -> np.ndarray:
+    """``vectors``, plus their mean when no window is the whole text."""
+    if len(vectors) == 1 or windows[0] == text:
+        return vectors
+    return np.concatenate([vectors, _mean(vectors)[None, :]])
+
+
+def _mean(vectors: np.ndarray) -> np.ndarray:
+    mean = vectors.astype(np.float64).mean(axis=0)
+    return (mean / np.linalg.norm(mean)).astype(np.float32)
 
 
 def _embed_splitting(embedder: Embedder, window: str, depth: int) -> np.ndarray:
@@ -81,12 +102,14 @@ def _split_point(text: str) -> int:
 
 
 def query_vector(embedder: Embedder, text: str) -> np.ndarray:
-    """One unit vector for a query of any length."""
-    vectors = document_vectors(embedder, [text])[0]
-    if len(vectors) == 1:
-        return vectors[0]
-    mean = vectors.astype(np.float64).mean(axis=0)
-    return (mean / np.linalg.norm(mean)).astype(np.float32)
+    """One unit vector for a query of any length: its whole text's, or its windows' mean."""
+    windows = windows_of(embedder, text)
+    if windows[0] == text:
+        try:
+            return embedder.embed([text])[0]  # the model takes it whole: no windows needed
+        except InputTooLong:
+            return _mean(document_vectors(embedder, [text])[0])
+    return document_vectors(embedder, [text])[0][-1]  # the windows' mean
 
 
 # A sentence ends at ., !, ? (or their full-width forms) before a space, or at a line break.

@@ -158,18 +158,19 @@ def test_rs256_and_es256_tokens_verify(idp, oidc, rsa, ec):
 @pytest.mark.parametrize(
     "payload, message",
     [
-        (claims(exp=int(time.time()) - 3600), "expired"),
-        (claims(nbf=int(time.time()) + 3600), "not valid yet"),
-        (claims(iss="https://evil.test"), "iss"),
-        (claims(iss=None), "iss"),
-        (claims(aud="other-api"), "aud"),
-        (claims(aud=None), "aud"),
-        (claims(exp=None), "exp"),
+        # Made when the test runs, not when it is collected (a long run would expire them).
+        (lambda: claims(exp=int(time.time()) - 3600), "expired"),
+        (lambda: claims(nbf=int(time.time()) + 3600), "not valid yet"),
+        (lambda: claims(iss="https://evil.test"), "iss"),
+        (lambda: claims(iss=None), "iss"),
+        (lambda: claims(aud="other-api"), "aud"),
+        (lambda: claims(aud=None), "aud"),
+        (lambda: claims(exp=None), "exp"),
     ],
 )
 def test_oidc_mode_rejects_bad_claims(idp, oidc, rsa, payload, message):
     with pytest.raises(Unauthorized, match=message):
-        oidc.tenant(signed(rsa, payload, "RS256"))
+        oidc.tenant(signed(rsa, payload(), "RS256"))
 
 
 def test_audience_may_be_one_of_several(idp, oidc, rsa):
