@@ -132,8 +132,9 @@ def spread(users: list[User], n: int) -> list[User]:
 
 
 @contextlib.contextmanager
-def memsvc_app(directory: str) -> t.Iterator[Flask]:
-    """A fresh memsvc on a database in ``directory``, configured from MEMSVC_* as usual.
+def memsvc_app(directory: str, database: str | None = None) -> t.Iterator[Flask]:
+    """A fresh memsvc on a database in ``directory`` (or ``database``, e.g. an empty
+    PostgreSQL database), configured from MEMSVC_* as usual.
 
     Rate and concurrency limits are off: the run makes about a thousand calls
     on one key as fast as it can, which is not what the limits are for.
@@ -142,7 +143,7 @@ def memsvc_app(directory: str) -> t.Iterator[Flask]:
 
     app = create_app(
         {
-            "DATABASE": os.path.join(directory, "eval.sqlite3"),
+            "DATABASE": database or os.path.join(directory, "eval.sqlite3"),
             "LIMITS_DIR": os.path.join(directory, "limits"),
             "RATE_LIMIT_PER_MINUTE": 0,
             "CONCURRENCY_LIMIT": 0,
@@ -343,12 +344,15 @@ def sweep(related: list[float], unrelated: list[float]) -> list[dict[str, float]
 # -- the run ------------------------------------------------------------------
 
 
-def run(users: list[User]) -> dict[str, t.Any]:
+def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
     """Store every memory, ask every question in every supported mode; all figures."""
     questions = [q for u in users for q in u.questions]
     seconds: dict[str, t.Any] = {}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="memsvc-eval-") as tmp, memsvc_app(tmp) as app:
+    with (
+        tempfile.TemporaryDirectory(prefix="memsvc-eval-") as tmp,
+        memsvc_app(tmp, database) as app,
+    ):
         model_id, dimensions = embedder_name(app)
         api = Api(app, create_api_key(app))
         seconds["setup"] = time.perf_counter() - started
@@ -539,11 +543,17 @@ def main(argv: list[str] | None = None) -> dict[str, t.Any]:
     parser.add_argument("--limit-users", type=int, default=None, metavar="N")
     parser.add_argument("--json", type=pathlib.Path, default=None, metavar="PATH")
     parser.add_argument("--data", type=pathlib.Path, default=DATA, metavar="DIR")
+    parser.add_argument(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="an empty PostgreSQL database (postgresql://...) instead of a temporary SQLite file",
+    )
     args = parser.parse_args(argv)
     users = load(args.data)
     if args.limit_users is not None:
         users = spread(users, args.limit_users)
-    out = run(users)
+    out = run(users, args.database)
     report(out)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
