@@ -8,9 +8,12 @@ import pty
 import subprocess
 import sys
 
+import pytest
+
 from memsvc import clock
 from memsvc.api.context import store
 from memsvc.services import keys
+from tests.support import postgres
 from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
@@ -88,6 +91,35 @@ def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same
     again = memsvc_cli("import", str(path))
     assert "Imported 0 memories (17 memories already there)." in again.stderr
     assert answers(target, target_auth) == before
+
+
+@pytest.mark.stores("sqlite")
+def test_moving_from_sqlite_to_postgresql_and_back_answers_byte_for_byte_the_same(
+    make_app, memsvc_cli, cli_context, tmp_path
+):
+    """The documented move: memsvc export from the file, memsvc import into PostgreSQL."""
+    source = make_app()
+    auth = fill(source)
+    before = answers(source, auth)
+    path = tmp_path / "export.jsonl"
+    assert memsvc_cli("export", str(path)).exit_code == 0
+    url = postgres.fresh_database("moving")
+    target = None
+    try:
+        cli_context.overrides = {**cli_context.overrides, "DATABASE": url}
+        result = memsvc_cli("import", str(path))
+        assert result.stderr.strip() == "Imported 17 memories.", result.output
+        target = make_app(DATABASE=url)
+        target_auth = {t: key_for(target, t) for t in auth}
+        assert answers(target, target_auth) == before
+        # And back: PostgreSQL's export imports into a new file the same way.
+        back = tmp_path / "back.jsonl"
+        assert memsvc_cli("export", str(back)).exit_code == 0
+        assert back.read_text().splitlines()[1:] == path.read_text().splitlines()[1:]
+    finally:
+        if target is not None:
+            target.extensions["memsvc"].close()
+        postgres.drop_database(url)
 
 
 def test_import_resumes_after_an_interruption(make_app, memsvc_cli, cli_context, tmp_path):
