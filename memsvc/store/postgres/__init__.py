@@ -15,7 +15,7 @@ SQLite, and why:
 * **Reads see one snapshot**: ``REPEATABLE READ, READ ONLY`` transactions,
   as SQLite's read transactions do.
 * **The keyword index** is a ``tsvector`` computed from the text (English
-  stemming), ranked by ``ts_rank_cd``.
+  stemming); matches rank by the rarity of the words they hold.
 
 Connections and pgvector's wire format are in :mod:`.connection`, the
 schema in :mod:`.schema`, the per-key limits in :mod:`.limits`.
@@ -55,10 +55,6 @@ __all__ = ["PgDatabase", "PgStore"]
 
 _VISIBLE = "(expires_at IS NULL OR expires_at > %s)"
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
-
-#: ts_rank_cd's scores are small (a one-word match ~0.1); scaled to the
-#: range of SQLite's bm25 strengths that hybrid search's boost expects.
-KEYWORD_SCALE = 10.0
 
 _savepoints = itertools.count()
 
@@ -582,18 +578,30 @@ class PgStore(Store):
     def keyword(
         self, tenant: str, user_id: str, words: t.Sequence[str], limit: int
     ) -> list[tuple[int, float]]:
+        # Ranked like bm25 without its term-frequency and length terms: a
+        # memory scores the sum of the inverse document frequencies (among
+        # the user's memories) of the query words it holds, so rare words,
+        # codes and names count most. ts_rank_cd knows nothing of rarity
+        # and ranked exact terms worse (make eval). The words are letters
+        # and digits only (memsvc.search.keyword): no tsquery syntax.
         if not words:
             return []
-        # The words are letters and digits only (memsvc.search.keyword): no
-        # tsquery syntax can reach to_tsquery.
+        config = schema.TEXT_SEARCH
         rows = self._rows(
-            "SELECT seq, ts_rank_cd(fts, q) AS rank FROM memories, "
-            f"to_tsquery('{schema.TEXT_SEARCH}', %s) AS q "
-            "WHERE tenant = %s AND user_id = %s AND fts @@ q "
-            "ORDER BY rank DESC, seq DESC LIMIT %s",
-            (" | ".join(words), tenant, user_id, limit),
+            "WITH terms AS ("
+            f"  SELECT to_tsquery('{config}', word) AS q FROM unnest(%s::text[]) AS word"
+            "), mine AS ("
+            "  SELECT seq, fts FROM memories WHERE tenant = %s AND user_id = %s"
+            "), counted AS ("
+            "  SELECT terms.q, count(mine.seq) AS df FROM terms "
+            "  JOIN mine ON mine.fts @@ terms.q GROUP BY terms.q"
+            "), total AS (SELECT count(*) AS n FROM mine) "
+            "SELECT mine.seq, sum(ln(1 + (total.n - counted.df + 0.5) / (counted.df + 0.5))) "
+            "AS strength FROM mine JOIN counted ON mine.fts @@ counted.q CROSS JOIN total "
+            "GROUP BY mine.seq ORDER BY strength DESC, mine.seq DESC LIMIT %s",
+            (list(words), tenant, user_id, limit),
         )
-        return [(int(seq), float(rank) * KEYWORD_SCALE) for seq, rank in rows]
+        return [(int(seq), float(strength)) for seq, strength in rows]
 
     # -- API keys --------------------------------------------------------------
 

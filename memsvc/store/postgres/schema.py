@@ -20,7 +20,10 @@ from .limits import SCHEMA as LIMITS_SCHEMA
 #: The first schema version a PostgreSQL database can have.
 FIRST_VERSION = 4
 
-#: The text search configuration of the keyword index.
+#: The text search configuration of the keyword index. The text is indexed
+#: with punctuation as spaces, so that words are runs of letters and digits
+#: as queries see them (PostgreSQL's parser alone reads "TRI-88214" as "tri"
+#: and "-88214", which a query for 88214 would not match).
 TEXT_SEARCH = "english"
 
 #: One row per window; a user's vectors are read in order of the primary key.
@@ -65,7 +68,9 @@ _MIGRATIONS: dict[int, list[str]] = {
             first_vid bigint NOT NULL,
             windows integer NOT NULL,
             dedupe_key bytea,
-            fts tsvector GENERATED ALWAYS AS (to_tsvector('{text_search}', content)) STORED
+            fts tsvector GENERATED ALWAYS AS (
+                to_tsvector('{text_search}', regexp_replace(content, '[[:punct:]]+', ' ', 'g'))
+            ) STORED
         )""",
         "CREATE INDEX memories_by_user ON memories (tenant, user_id, created_at DESC, seq DESC)",
         "CREATE INDEX memories_by_user_vid ON memories (tenant, user_id, first_vid)",
