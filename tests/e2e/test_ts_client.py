@@ -144,6 +144,19 @@ def test_the_quickstart_prints_what_the_docs_say(server, examples):
     assert re.fullmatch(r"\[ 'Carol likes jazz \(0\.\d\d\)' \]\nNOT_FOUND 404\n", out), out
 
 
+def test_refused_calls_are_retried_after_retry_after_and_every_write_lands(server, examples):
+    secret = server.create_key("tenant-R", "one-at-a-time")
+    token = {"Authorization": f"Bearer {server.token('tenant-R')}"}
+    keys = requests.get(f"{server.trpc}/keys.list", headers=token, timeout=30).json()
+    (key_id,) = [k["id"] for k in keys["result"]["data"] if k["name"] == "one-at-a-time"]
+    server.cli("keys", "set-limits", key_id, "--concurrent", "1")
+    before = server.output().count('"POST /trpc/memory.add HTTP/1.1" 429')
+    out = json.loads(run("retries.js", cwd=examples, MEMSVC_URL=server.url, MEMSVC_API_KEY=secret))
+    assert out == {"added": 10, "stored": 10}
+    refused = server.output().count('"POST /trpc/memory.add HTTP/1.1" 429') - before
+    assert refused > 0  # the limit was met, and waited out
+
+
 def test_the_docs_show_the_quickstart_as_compiled():
     docs = (REPO / "docs" / "clients.md").read_text()
     example = (PACKAGE / "examples" / "quickstart.ts").read_text()

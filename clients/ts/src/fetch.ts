@@ -35,12 +35,64 @@ function numericCode(envelope: unknown): unknown {
   return envelope;
 }
 
-/** A fetch for @trpc/client's links that makes memsvc's error envelopes readable to it. */
+/** How the adapter retries. */
+export interface RetryOptions {
+  /** Retries of one request at most (0: none). Default: 3. */
+  maxRetries?: number;
+  /** A Retry-After longer than this many seconds is not waited for. Default: 60. */
+  maxRetryWait?: number;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Seconds a Retry-After header asks for (seconds or an HTTP date), or undefined. */
+export function retryAfterSeconds(value: string | null): number | undefined {
+  if (value === null) return undefined;
+  const seconds = Number(value);
+  if (Number.isFinite(seconds)) return Math.max(0, seconds);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, (date - Date.now()) / 1000);
+}
+
+/**
+ * A fetch for @trpc/client's links that makes memsvc's error envelopes readable
+ * to it, and retries what memsvc refused before doing anything.
+ *
+ * A 429 or 503 answering the whole request (memsvc refused every call in it:
+ * a limit, a busy embedding provider, storage that could not take it) is sent
+ * again after its Retry-After, writes included, at most `maxRetries` times;
+ * then the error reaches the caller. A failed connection is retried for
+ * queries (GET) only, with backoff: a write whose answer was lost may have
+ * been done, so it is never sent twice. A 207 batch answer, some calls
+ * refused and others done, is never resent.
+ */
 export function memsvcFetcher(
   inner: typeof fetch = globalThis.fetch,
+  retry: RetryOptions = {},
 ): (url: string | URL | Request, init?: RequestInit) => Promise<Response> {
+  const maxRetries = retry.maxRetries ?? 3;
+  const maxRetryWait = retry.maxRetryWait ?? 60;
   return async (url, init) => {
-    const response = await inner(url, init);
+    const isQuery = (init?.method ?? "GET").toUpperCase() === "GET";
+    let response: Response;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        response = await inner(url, init);
+      } catch (err) {
+        if (!isQuery || attempt >= maxRetries) throw err;
+        await sleep(250 * 2 ** attempt * (0.5 + Math.random()));
+        continue;
+      }
+      if ((response.status === 429 || response.status === 503) && attempt < maxRetries) {
+        const wait = retryAfterSeconds(response.headers.get("retry-after"));
+        if (wait !== undefined && wait <= maxRetryWait) {
+          await response.body?.cancel();
+          await sleep(wait * 1000);
+          continue;
+        }
+      }
+      break;
+    }
     // A 200 carries no error (a batch with any failure is 207 or the error's status).
     if (response.status === 200) return response;
     const text = await response.text();
@@ -59,5 +111,5 @@ export function memsvcFetcher(
   };
 }
 
-/** The adapter over the global fetch. */
+/** The adapter over the global fetch, with the default retries. */
 export const memsvcFetch = memsvcFetcher();

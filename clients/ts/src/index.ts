@@ -7,7 +7,8 @@ import { memsvcFetcher } from "./fetch.js";
 import type { AppRouter } from "./generated.js";
 
 export { TRPCClientError, isTRPCClientError } from "@trpc/client";
-export { TRPC_CODES, memsvcFetch, memsvcFetcher } from "./fetch.js";
+export { TRPC_CODES, memsvcFetch, memsvcFetcher, retryAfterSeconds } from "./fetch.js";
+export type { RetryOptions } from "./fetch.js";
 export type * from "./generated.js";
 
 export interface MemsvcClientOptions {
@@ -28,6 +29,13 @@ export interface MemsvcClientOptions {
   headers?: Record<string, string>;
   /** The fetch underneath (default: the global one); memsvc's error adapter wraps it. */
   fetch?: typeof fetch;
+  /**
+   * Retries of a request memsvc refused with 429 or 503 (after its Retry-After),
+   * and of a query whose connection failed. Default: 3; 0 turns them off.
+   */
+  maxRetries?: number;
+  /** A Retry-After longer than this many seconds is not waited for. Default: 60. */
+  maxRetryWait?: number;
 }
 
 /** A memsvc client: `client.memory.add.mutate({ userId, content })` and so on. */
@@ -41,7 +49,10 @@ export function createMemsvcClient(options: MemsvcClientOptions): MemsvcClient {
   const common = {
     url: options.url.replace(/\/+$/, "") + "/trpc",
     headers: () => headers,
-    fetch: memsvcFetcher(options.fetch),
+    fetch: memsvcFetcher(options.fetch, {
+      maxRetries: options.maxRetries,
+      maxRetryWait: options.maxRetryWait,
+    }),
   };
   const link =
     options.batch === false
