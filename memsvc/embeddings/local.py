@@ -54,6 +54,11 @@ class LocalEmbedder:
     start-up and holds its own copy.
     """
 
+    #: A text's vector moves slightly with the texts embedded in the same
+    #: run (int8 activations share one scale per run): a whole text is
+    #: embedded on its own where it must match a query of it exactly.
+    batch_invariant = False
+
     def __init__(
         self,
         model_dir: str | None = None,

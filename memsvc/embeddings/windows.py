@@ -45,7 +45,12 @@ def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndar
     its windows' and their mean.
     """
     pieces = [windows_of(embedder, text) for text in texts]
-    flat = [window for windows in pieces for window in windows]
+    # An embedder whose vectors move a little with their batch-mates (the
+    # bundled int8 model: one activation scale per run) embeds a whole text
+    # on its own, as a query of that text is: the two then agree exactly.
+    alone = not getattr(embedder, "batch_invariant", True)
+    solo = [alone and len(w) > 1 and w[0] == text for text, w in zip(texts, pieces, strict=True)]
+    flat = [w for windows, s in zip(pieces, solo, strict=True) for w in windows[s:]]
     try:
         vectors = embedder.embed(flat)
     except InputTooLong:
@@ -59,9 +64,12 @@ def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndar
             for text, windows in zip(texts, pieces, strict=True)
         ]
     out, start = [], 0
-    for text, windows in zip(texts, pieces, strict=True):
-        out.append(_with_mean(text, windows, vectors[start : start + len(windows)]))
-        start += len(windows)
+    for text, windows, s in zip(texts, pieces, solo, strict=True):
+        part = vectors[start : start + len(windows) - s]
+        start += len(windows) - s
+        if s:
+            part = np.concatenate([embedder.embed([text]), part])
+        out.append(_with_mean(text, windows, part))
     return out
 
 
@@ -104,12 +112,17 @@ def _split_point(text: str) -> int:
 def query_vector(embedder: Embedder, text: str) -> np.ndarray:
     """One unit vector for a query of any length: its whole text's, or its windows' mean."""
     windows = windows_of(embedder, text)
-    if windows[0] == text:
-        try:
-            return embedder.embed([text])[0]  # the model takes it whole: no windows needed
-        except InputTooLong:
-            return _mean(document_vectors(embedder, [text])[0])
-    return document_vectors(embedder, [text])[0][-1]  # the windows' mean
+    if windows[0] != text:
+        return document_vectors(embedder, [text])[0][-1]  # the windows' mean
+    try:
+        return embedder.embed([text])[0]  # the model takes it whole: no windows needed
+    except InputTooLong:
+        # A provider that counts otherwise: the mean of the windows (or of
+        # halves), as for a memory, unless there is nothing worth splitting.
+        parts = windows[1:] or windows
+        if all(len(w) < _MIN_SPLIT_CHARS for w in parts):
+            raise
+        return _mean(np.concatenate([_embed_splitting(embedder, w, 0) for w in parts]))
 
 
 # A sentence ends at ., !, ? (or their full-width forms) before a space, or at a line break.

@@ -111,3 +111,26 @@ def test_a_long_query_is_the_mean_of_its_windows():
     vector = query_vector(embedder, "anything")
     mean = embedder.embed(["one", "two"]).astype(np.float64).mean(axis=0)
     assert np.allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
+
+
+def test_a_query_a_provider_refuses_whole_is_the_mean_of_its_halves():
+    embedder = TooLongOver(300)
+    text = " ".join(f"word{i}" for i in range(200))
+    vector = query_vector(embedder, text)
+    [halves] = document_vectors(embedder, [text])
+    mean = halves.astype(np.float64).mean(axis=0)
+    assert np.allclose(vector, mean / np.linalg.norm(mean), atol=1e-6)
+    short = TooLongOver(5)
+    with pytest.raises(InputTooLong):
+        query_vector(short, "a short text")
+    assert len(short.calls) == 1
+
+
+def test_a_query_repeating_a_memorys_text_is_one_of_its_vectors(local_embedder):
+    medium = " ".join(f"Fact {i}: the user visited city number {i} last year." for i in range(8))
+    for text in ("Alice is allergic to peanuts.", medium, medium * 12):
+        [stored] = document_vectors(local_embedder, [text])
+        query = query_vector(local_embedder, text)
+        assert float((stored @ query).max()) == pytest.approx(1.0, abs=1e-6), text[:40]
+    [long_vectors] = document_vectors(local_embedder, [medium * 12])
+    assert len(long_vectors) == len(local_embedder.windows(medium * 12)) + 1  # and their mean
