@@ -29,9 +29,10 @@ from hypothesis.stateful import rule
 from hypothesis.stateful import run_state_machine_as_test
 
 from memsvc import create_app
-from memsvc.api.context import runtime
+from memsvc.api.context import store
 from memsvc.tokens import LocalVerifier
 from tests.support import figures
+from tests.support import postgres
 from tests.support.helpers import HashEmbedder
 from tests.support.helpers import assert_error_item
 
@@ -64,16 +65,22 @@ class IsolationMachine(RuleBasedStateMachine):
     """memsvc beside a model of what each tenant's keys and memories are."""
 
     search_cache_mb = 256
+    store_kind = "sqlite"
 
     def __init__(self) -> None:
         super().__init__()
         self._tmp = tempfile.TemporaryDirectory(prefix="memsvc-isolation-")
         root = self._tmp.name
+        self.database = (
+            postgres.fresh_database("isolation")
+            if self.store_kind == "postgres"
+            else f"{root}/memsvc.sqlite3"
+        )
         self.app = create_app(
             {
                 "TESTING": True,
                 "PROPAGATE_EXCEPTIONS": False,
-                "DATABASE": f"{root}/memsvc.sqlite3",
+                "DATABASE": self.database,
                 "LIMITS_DIR": f"{root}/limits",
                 "RATE_LIMIT_PER_MINUTE": 0,
                 "CONCURRENCY_LIMIT": 0,
@@ -95,7 +102,9 @@ class IsolationMachine(RuleBasedStateMachine):
             self._create_key(tenant, "first")
 
     def teardown(self) -> None:
-        self.app.extensions["memsvc"].db.close()
+        self.app.extensions["memsvc"].close()
+        if self.store_kind == "postgres":
+            postgres.drop_database(self.database)
         self._tmp.cleanup()
 
     # -- the wire ---------------------------------------------------------------------
@@ -363,7 +372,7 @@ class IsolationMachine(RuleBasedStateMachine):
     @invariant()
     def storage_holds_exactly_the_models_memories_with_one_vector_each(self):
         with self.app.app_context():
-            conn = runtime().db.connection()
+            conn = t.cast(t.Any, store()).conn
             rows = conn.execute("SELECT id, tenant, user_id, content FROM memories").fetchall()
             (vectors,) = conn.execute("SELECT count(*) FROM memory_vectors").fetchone()
             (versions,) = conn.execute("SELECT count(*) FROM memory_history").fetchone()
@@ -382,11 +391,12 @@ SETTINGS = settings(
 )
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 @pytest.mark.parametrize("search_cache_mb", [256, 0], ids=["search-cache", "no-search-cache"])
-def test_random_operation_sequences_never_cross_a_tenant_or_user_boundary(search_cache_mb):
+def test_random_operation_sequences_never_cross_a_tenant_or_user_boundary(search_cache_mb, backend):
     machine = type(
-        f"IsolationMachine{search_cache_mb}",
+        f"IsolationMachine{search_cache_mb}{backend}",
         (IsolationMachine,),
-        {"search_cache_mb": search_cache_mb},
+        {"search_cache_mb": search_cache_mb, "store_kind": backend},
     )
     run_state_machine_as_test(machine, settings=SETTINGS)
