@@ -146,3 +146,16 @@ def test_the_database_and_instance_folder_are_private(tmp_path):
     for name in ("memsvc.sqlite3", "memsvc.sqlite3-wal", "memsvc.sqlite3-shm"):
         assert stat.S_IMODE((tmp_path / "inst" / name).stat().st_mode) == 0o600, name
     app.extensions["memsvc"].close()
+
+
+def test_a_database_urls_password_is_never_shown():
+    from memsvc.settings import database_shown
+
+    url = "postgresql://memsvc:s3cr%2Ft@db.internal:5432/memsvc?sslmode=require&password=other"
+    shown = database_shown(url)
+    assert shown == "postgresql://memsvc:***@db.internal:5432/memsvc?sslmode=require&password=***"
+    assert "s3cr" not in shown and "other" not in shown
+    assert database_shown("/var/lib/memsvc/memsvc.sqlite3") == "/var/lib/memsvc/memsvc.sqlite3"
+    assert database_shown("postgresql:///memsvc?host=/run/postgresql") == (
+        "postgresql:///memsvc?host=/run/postgresql"
+    )
