@@ -43,7 +43,7 @@ database is in memory (/dev/shm; PostgreSQL runs without fsync): the
 stores' own costs are compared, not a disk's.
 
     python -m bench.postgres [--sizes 10000,100000] [--queries 50]
-                             [--seconds 15] [--clients 8]
+                             [--seconds 30] [--clients 8]
 
 A quick run: --sizes 2000 --queries 20 --seconds 3.
 """
@@ -99,7 +99,16 @@ from tests.support.servers import start_server  # noqa: E402
 TENANT = "tenant"
 BATCH = 1000
 CACHE_BYTES = 4096 * 2**20
-COLD_QUERIES = 10
+
+
+def slow_queries(queries: int) -> int:
+    """How many queries the no-cache and plain SQL paths answer (a whole scan each)."""
+    return min(queries, max(10, queries // 2))
+
+
+def cold_queries(queries: int) -> int:
+    """How many searches follow a write."""
+    return min(queries, 20)
 
 
 def progress(message: str) -> None:
@@ -225,7 +234,8 @@ def search_part(n_large: int, n_queries: int, directory: str) -> tuple[list[tupl
     total = len(work.memories)
     queries = draw(np.random.default_rng(1), work.centroids, n_queries)
     sims = work.truth(queries)
-    slow = min(n_queries, max(10, n_queries // 5))
+    slow = slow_queries(n_queries)
+    cold_n = cold_queries(n_queries)
     notes = []
 
     # SQLite, as memsvc opens it.
@@ -299,7 +309,7 @@ def search_part(n_large: int, n_queries: int, directory: str) -> tuple[list[tupl
         cold: dict[Searcher, tuple[list[float], list, list[str]]] = {
             s: ([], [], []) for s in writers
         }
-        for q in queries[:COLD_QUERIES]:
+        for q in queries[:cold_n]:
             for s, writer in writers.items():
                 new = Memory(str(uuid.uuid4()), TENANT, "large", "new", {}, 1, 1)
                 with writer.write():
@@ -313,10 +323,10 @@ def search_part(n_large: int, n_queries: int, directory: str) -> tuple[list[tupl
         for writer in writers.values():
             t.cast(t.Any, writer).conn.close()
         # Their truth: the stored vectors and the memories added so far.
-        added = queries[:COLD_QUERIES].astype(np.float64)
+        added = queries[:cold_n].astype(np.float64)
         added /= np.linalg.norm(added, axis=1, keepdims=True)
         so_far = np.where(np.tril(np.ones((len(added), len(added)))) > 0, added @ added.T, -np.inf)
-        cold_sims = np.concatenate([sims[:COLD_QUERIES], so_far], axis=1)
+        cold_sims = np.concatenate([sims[:cold_n], so_far], axis=1)
 
         rng = np.random.default_rng(2)
         small_users = [f"small-{u}" for u in rng.integers(0, SMALL_USERS, n_queries)]
@@ -362,7 +372,7 @@ def print_search(rows: list[tuple], queries: int) -> None:
     print(
         f"Part 1: search in-process, 1536-d, one large user of N among {SMALL_USERS:,} users "
         f"of {SMALL_MEMORIES}; {queries} queries (no-cache and SQL paths: the first "
-        f"{min(queries, max(10, queries // 5))}, after a write: {COLD_QUERIES})"
+        f"{slow_queries(queries)}, after a write: {cold_queries(queries)})"
     )
     print(
         f"{'N':>7}  {'store':<11}{'path':<26}{'p50 ms':>9}{'p95 ms':>9}{'x numpy':>9}"
@@ -421,7 +431,7 @@ def populate(store: Store, texts: list[str], vectors: np.ndarray) -> None:
         )
 
 
-ROUNDS = 3  # each row's time is split into rounds, the rows taking turns
+ROUNDS = 5  # each row's time is split into rounds, the rows taking turns
 
 
 class Result(t.NamedTuple):
@@ -679,7 +689,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--memories", type=int, default=1000)
     parser.add_argument("--dir", default=memory_dir())
