@@ -40,7 +40,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from bench.report import recording  # noqa: E402
+from memsvc import clock  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
+from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
 from memsvc.search import nearest  # noqa: E402
 from memsvc.search.exact import exact_similarity  # noqa: E402
@@ -130,7 +132,10 @@ def run(n_large: int, n_queries: int, directory: str) -> list[tuple]:
     rss_before = rss_mb()
 
     # Baseline: the large user's matrix, scanned by numpy.
-    seqs, _, matrix = store.user_vectors("tenant", "large")
+    entries = store.entries("tenant", "large")  # one window each: a vector per memory
+    seqs = np.array([e.seq for e in entries], dtype=np.int64)
+    vids = np.array([e.first_vid for e in entries], dtype=np.int64)
+    matrix = store.vectors("tenant", "large", vids, whole_user=True)
     held = {"matrix": np.ascontiguousarray(matrix)}
     matrix = held["matrix"]
 
@@ -153,11 +158,16 @@ def run(n_large: int, n_queries: int, directory: str) -> list[tuple]:
 
     cache = SearchCache(4096 * 2**20, DIMS)
 
+    def scope() -> Scope:
+        return Scope(clock.now_ms())
+
     def memsvc(q, user="large"):
-        return [(r.memory, r.similarity) for r in nearest(store, cache, "tenant", user, q, K, 0.0)]
+        found = nearest(store, cache, "tenant", user, q, K, 0.0, scope())
+        return [(r.memory, r.similarity) for r in found]
 
     def sqlite_vec(q, user="large"):
-        return [(r.memory, r.similarity) for r in nearest(store, None, "tenant", user, q, K, 0.0)]
+        found = nearest(store, None, "tenant", user, q, K, 0.0, scope())
+        return [(r.memory, r.similarity) for r in found]
 
     load_started = time.perf_counter()
     memsvc(queries[0])
