@@ -57,10 +57,18 @@ def vectors_of(blobs: t.Sequence[bytes], dimensions: int | None = None) -> np.nd
     """pgvector binary values, as one float32 array of shape ``[len(blobs), dimensions]``."""
     if not blobs:
         return np.zeros((0, dimensions or 0), dtype=np.float32)
-    (dims,) = struct.unpack_from(">H", blobs[0])
-    # Each value: 4 header bytes (one float32's worth), then the vector.
-    whole = np.frombuffer(b"".join(blobs), dtype=">f4").reshape(len(blobs), dims + 1)
-    return whole[:, 1:].astype(np.float32)
+    return raw_vectors(blobs)[:, 1:].astype(np.float32)
+
+
+def raw_vectors(blobs: t.Iterable[bytes]) -> np.ndarray:
+    """pgvector binary values as big-endian float32 rows, each led by its 4 header bytes.
+
+    The header (a 2-byte dimension count and 2 unused bytes) is one
+    float32's worth, so ``[:, 1:]`` is the vectors themselves, without a copy.
+    """
+    joined = b"".join(blobs)
+    (dims,) = struct.unpack_from(">H", joined)
+    return np.frombuffer(joined, dtype=">f4").reshape(-1, dims + 1)
 
 
 def _configure(conn: psycopg.Connection[t.Any]) -> None:
