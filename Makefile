@@ -82,6 +82,7 @@ bench: install
 	$(BIN)/python -m bench.limits
 	$(BIN)/python -m bench.sdk
 	$(BIN)/python -m bench.search
+	$(BIN)/python -m bench.lifecycle
 	$(BIN)/python -m bench.postgres
 	$(BIN)/python -m bench.embedding
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
