@@ -54,25 +54,26 @@ def build(path: str, users: int, per_user: int, dims: int, seed: int = 0) -> dic
         n = min(batch, total - start)
         vectors = rng.standard_normal((n, dims)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        with store.write():
-            for i in range(n):
-                k = start + i
-                # Interleaved, as memories of many users arrive in practice.
-                user = k % users
-                text = sentence(rng)
-                raw += dims * 4 + len(text.encode())
-                store.insert_memory(
-                    Memory(
-                        id=str(uuid.uuid4()),
-                        tenant="tenant-0001",
-                        user_id=f"user-{user:06d}",
-                        content=text,
-                        metadata={},
-                        created_at=1_700_000_000_000 + k,
-                        updated_at=1_700_000_000_000 + k,
-                    ),
-                    vectors[i],
+        memories = []
+        for i in range(n):
+            k = start + i
+            # Interleaved, as memories of many users arrive in practice.
+            user = k % users
+            text = sentence(rng)
+            raw += dims * 4 + len(text.encode())
+            memories.append(
+                Memory(
+                    id=str(uuid.uuid4()),
+                    tenant="tenant-0001",
+                    user_id=f"user-{user:06d}",
+                    content=text,
+                    metadata={},
+                    created_at=1_700_000_000_000 + k,
+                    updated_at=1_700_000_000_000 + k,
                 )
+            )
+        with store.write():
+            store.insert_memories(memories, vectors)
     elapsed = time.perf_counter() - started
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
