@@ -175,11 +175,11 @@ class JSONErrorThreadWorker(ThreadWorker):
 
     def _limits(self) -> None:
         """Take the limits from the app's settings, once, in the worker."""
-        config = getattr(self.wsgi, "config", None)
-        if config is not None:
-            self.request_timeout = float(config["REQUEST_TIMEOUT"])
-            self.max_line = int(config["MAX_URL_BYTES"])
-            self.max_body = int(config["MAX_CONTENT_LENGTH"])
+        config = getattr(self.wsgi, "config", None) or {}
+        # An app that is not memsvc's (a benchmark's bare Flask app) keeps the defaults.
+        self.request_timeout = float(config.get("REQUEST_TIMEOUT", self.request_timeout))
+        self.max_line = int(config.get("MAX_URL_BYTES", self.max_line))
+        self.max_body = int(config.get("MAX_CONTENT_LENGTH") or self.max_body)
         self._limits_read = True
 
     def handle(self, conn):  # noqa: ANN001 - gunicorn's signature
