@@ -67,6 +67,7 @@ format: install
 # The settings table of docs/configuration.md, from memsvc/settings.py.
 docs: install
 	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'
+	$(BIN)/python -c 'from bench import report; report.write_docs("docs/performance.md")'
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
 # traffic, ten times the fuzzing; prints its figures at the end.

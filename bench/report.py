@@ -91,3 +91,31 @@ def recording(name: str) -> t.Iterator[None]:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"{name}.txt").write_text(header + captured.getvalue() + ended)
         print(f"\n(saved to bench/results/{name}.txt)")
+
+
+#: In docs/performance.md, a results file is quoted between these lines.
+QUOTE_START = "<!-- results: bench/results/{name}.txt (make docs) -->"
+QUOTE_END = "<!-- end of results -->"
+
+
+def quoted(page: str) -> str:
+    """``page`` with every quoted results file replaced by the file's current text."""
+    out, rest = [], page
+    while True:
+        start = rest.find("<!-- results: bench/results/")
+        if start < 0:
+            return "".join(out) + rest
+        line_end = rest.index("-->", start) + 3
+        name = rest[start:line_end].split("bench/results/", 1)[1].split(".txt", 1)[0]
+        end = rest.index(QUOTE_END, line_end)
+        text = (RESULTS / f"{name}.txt").read_text()
+        out.append(rest[:line_end] + "\n```\n" + text.rstrip("\n") + "\n```\n")
+        rest = rest[end:]
+        out.append(rest[: len(QUOTE_END)])
+        rest = rest[len(QUOTE_END) :]
+
+
+def write_docs(path: str | os.PathLike[str]) -> None:
+    """Refresh the results quoted in ``path`` (docs/performance.md) from bench/results/."""
+    page = pathlib.Path(path)
+    page.write_text(quoted(page.read_text()))
