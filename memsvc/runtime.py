@@ -142,20 +142,14 @@ class Runtime:
         """
         path = self.settings["DATABASE"]
         if self.postgres:
-            self._prepare_postgres(check_embedder=check_embedder)
-            return
-        default_folder = os.path.join(self.instance_path, "")
+            from .store.postgres.connection import database_name
+
+            shown = f"(PostgreSQL {database_name(path)})"
+        else:
+            shown = repr(path)
         try:
-            if os.path.abspath(path).startswith(os.path.abspath(default_folder)):
-                # The instance folder holds the database and the token secret.
-                os.makedirs(self.instance_path, mode=0o700, exist_ok=True)
-            folder = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(folder):
-                problem = "is not a folder" if os.path.exists(folder) else "does not exist"
-                raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {folder} {problem}")
-            create_private(path)
-            # A planted or shared limits folder stops start-up here, not a request.
-            log.debug("limits in %s", self.limiter.directory)
+            if not self.postgres:
+                self._prepare_file(path)
             prepare_model = getattr(self.embedder, "prepare", None)
             if prepare_model is not None:
                 prepare_model()
@@ -168,33 +162,25 @@ class Runtime:
         except StoreMismatch as e:
             raise ConfigError(str(e)) from None
         except Exception as e:
-            raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {e}") from None
-        finally:
-            # No connection may cross gunicorn's fork into the workers.
-            self.db.close()
-
-    def _prepare_postgres(self, *, check_embedder: bool) -> None:
-        from .store.postgres.connection import database_name
-
-        name = database_name(self.settings["DATABASE"])
-        try:
-            prepare_model = getattr(self.embedder, "prepare", None)
-            if prepare_model is not None:
-                prepare_model()
-            store = self.store()
-            store.migrate(self.embedder.model_id, self.embedder.dimensions)
-            if check_embedder:
-                store.check_embedder(self.embedder.model_id, self.embedder.dimensions)
-        except ConfigError:
-            raise
-        except StoreMismatch as e:
-            raise ConfigError(str(e)) from None
-        except Exception as e:
-            raise ConfigError(f"MEMSVC_DATABASE (PostgreSQL {name}) cannot be used: {e}") from None
+            raise ConfigError(f"MEMSVC_DATABASE {shown} cannot be used: {e}") from None
         finally:
             self.db.release()
-            # No connection, and no pool thread, may cross gunicorn's fork.
+            # No connection (and no pool thread) may cross gunicorn's fork into the workers.
             self.db.close()
+
+    def _prepare_file(self, path: str) -> None:
+        """The SQLite file's folder exists, the file is private, the limits folder is ours."""
+        default_folder = os.path.join(self.instance_path, "")
+        if os.path.abspath(path).startswith(os.path.abspath(default_folder)):
+            # The instance folder holds the database and the token secret.
+            os.makedirs(self.instance_path, mode=0o700, exist_ok=True)
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            problem = "is not a folder" if os.path.exists(folder) else "does not exist"
+            raise ConfigError(f"MEMSVC_DATABASE {path!r} cannot be used: {folder} {problem}")
+        create_private(path)
+        # A planted or shared limits folder stops start-up here, not a request.
+        log.debug("limits in %s", self.limiter.directory)
 
     # -- who uses the database ---------------------------------------------------------
 
