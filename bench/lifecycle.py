@@ -2,7 +2,9 @@
 
 Workload (seeded): 384-d unit vectors (the bundled model's size) drawn
 around 50 topic centroids; one user with 10,000 memories among 500 users
-with 20 each, every memory with metadata ``{"bucket": i % 100, "kind":
+with 20 each (``--small-users``), every memory a text of 30 words drawn
+from a 5,000-word vocabulary with Zipf frequencies (the keyword index's
+cost depends on the words) and metadata ``{"bucket": i % 100, "kind":
 "a"|"b", "tags": [...]}``. Embedding is excluded throughout: the search path
 is memsvc's own (:func:`memsvc.search.nearest`), in one process.
 
@@ -12,18 +14,22 @@ is memsvc's own (:func:`memsvc.search.nearest`), in one process.
    also the first filtered search after a write (the user's metadata
    columns are rebuilt), and the uncached path.
 2. ``deleteAll`` of the 10,000-memory user (service call: vectors, keyword
-   index, history and counters in one transaction), median of 3 rebuilds,
-   with the time of one single delete for comparison.
+   index, history and counters in one transaction), median of 3 rebuilds;
+   ``deleteAll`` of a 20-memory user (a small share of the keyword index is
+   secure-deleted word by word, a large one merged away: both ways are
+   timed) and one single delete for comparison.
 3. ``memsvc export`` and ``memsvc import`` of the whole database: memories/s.
 
-    python -m bench.lifecycle [--queries 50]
+    python -m bench.lifecycle [--queries 50] [--small-users 500]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import os
+import random
 import tempfile
 import time
 import uuid
@@ -47,8 +53,9 @@ from memsvc.store import connect  # noqa: E402
 DIMS = 384
 TOPICS = 50
 LARGE = 10_000
-SMALL_USERS = 500
 SMALL = 20
+WORDS = [f"w{i:04d}" for i in range(5000)]
+ZIPF = list(itertools.accumulate(1 / (i + 1) for i in range(len(WORDS))))
 
 
 class Fixed:
@@ -69,16 +76,22 @@ def draw(rng: np.random.Generator, centroids: np.ndarray, n: int) -> np.ndarray:
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
+def text(user: str, i: int) -> str:
+    return " ".join(random.Random(f"{user}/{i}").choices(WORDS, cum_weights=ZIPF, k=30))
+
+
 def memory(user: str, i: int) -> Memory:
     meta = {"bucket": i % 100, "kind": "a" if i % 2 else "b", "tags": [f"t{i % 7}"]}
-    return Memory(str(uuid.uuid4()), "bench", user, f"memory {i} of {user}", meta, i, i)
+    return Memory(str(uuid.uuid4()), "bench", user, text(user, i), meta, i, i)
 
 
-def fill(store: SqliteStore, rng: np.random.Generator, centroids: np.ndarray) -> None:
+def fill(
+    store: SqliteStore, rng: np.random.Generator, centroids: np.ndarray, small_users: int
+) -> None:
     batch: list[Memory] = []
     for i in range(LARGE):
         batch.append(memory("large", i))
-    for u in range(SMALL_USERS):
+    for u in range(small_users):
         batch += [memory(f"small-{u}", i) for i in range(SMALL)]
     for start in range(0, len(batch), 1000):
         part = batch[start : start + 1000]
@@ -102,6 +115,7 @@ def timed(fn, queries) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--small-users", type=int, default=500)
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     centroids = rng.standard_normal((TOPICS, DIMS))
@@ -110,9 +124,9 @@ def main() -> None:
         store = SqliteStore(connect(f"{tmp}/bench.sqlite3", mmap_mb=1024))
         store.migrate(Fixed.model_id, DIMS)
         started = time.perf_counter()
-        fill(store, rng, centroids)
+        fill(store, rng, centroids, args.small_users)
         filled = time.perf_counter() - started
-        total = LARGE + SMALL_USERS * SMALL
+        total = LARGE + args.small_users * SMALL
         cache = SearchCache(1024 * 2**20, DIMS)
 
         def search(flt=None, cached=True):
@@ -193,6 +207,11 @@ def main() -> None:
             single.append(time.perf_counter() - started)
             with store.write():
                 store.insert_memories([memory("small-0", 0)], draw(rng, centroids, 1))
+        small = []
+        for u in range(1, min(21, args.small_users)):
+            started = time.perf_counter()
+            service.delete_all(store, "bench", f"small-{u}", cache)
+            small.append(time.perf_counter() - started)
         erase = []
         for round_ in range(3):
             if round_:
@@ -208,7 +227,10 @@ def main() -> None:
         print()
         print(
             f"deleteAll of a {deleted:,}-memory user: median {np.median(erase) * 1000:.0f} ms "
-            f"(runs: {', '.join(f'{s * 1000:.0f}' for s in erase)} ms); "
+            f"(runs: {', '.join(f'{s * 1000:.0f}' for s in erase)} ms)"
+        )
+        print(
+            f"deleteAll of a {SMALL}-memory user: p50 {pct(small, 50):.1f} ms; "
             f"one delete: p50 {pct(single, 50):.2f} ms"
         )
         store.conn.close()

@@ -40,6 +40,10 @@ _VISIBLE = "(expires_at IS NULL OR expires_at > ?)"
 
 _savepoints = itertools.count()
 
+# Erasing more than 1/_OPTIMIZE_RATIO of the indexed memories at once: merge
+# the keyword index rather than secure-delete each word (see _unindex_many).
+_OPTIMIZE_RATIO = 150
+
 
 class SqliteStore(Store):
     """memsvc's data in one SQLite file, over one connection."""
@@ -323,6 +327,29 @@ class SqliteStore(Store):
             rows,
         )
 
+    def _unindex_many(self, rows: list[tuple[int, str, str]]) -> None:
+        """Remove many rows from the keyword index, the cheaper of two ways.
+
+        FTS5's secure-delete removes each (row, word) from its doclist on its
+        own, at ~20 µs each: ~6 s for 10,000 memories of 30 words. Deleting
+        them as plain FTS5 deletes and then merging the whole index into one
+        segment ('optimize') drops every deleted entry too, at a cost that
+        grows with the size of the whole index instead (~0.08 µs a word;
+        0.65 s for a 300,000-memory index). Measured on this service's
+        index; the ratio below leaves a margin on the side of secure-delete.
+        Either way, every trace is gone when the transaction commits.
+        """
+        (indexed,) = self.conn.execute(
+            "SELECT coalesce(sum(count), 0) FROM memory_users"
+        ).fetchone()
+        if indexed > _OPTIMIZE_RATIO * len(rows):
+            self._unindex(rows)
+            return
+        self.conn.execute("INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 0)")
+        self._unindex(rows)
+        self.conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('optimize')")
+        self.conn.execute("INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)")
+
     def _delete_vectors(self, first_vid: int, windows: int) -> None:
         self.conn.executemany(
             "DELETE FROM memory_vectors WHERE rowid = ?",
@@ -362,7 +389,7 @@ class SqliteStore(Store):
         if erased != expected:  # the vectors and the records disagree: touch nothing
             raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
         scope = fts_scope(tenant, user_id)
-        self._unindex((seq, scope, content) for seq, _, _, content in rows)
+        self._unindex_many([(seq, scope, content) for seq, _, _, content in rows])
         # The row stays, counters only grow: a cache must see the change.
         self.conn.execute(
             "UPDATE memory_users SET count = 0, deletes = deletes + 1, "
