@@ -21,6 +21,7 @@ is memsvc's own (:func:`memsvc.search.nearest`), in one process.
 3. ``memsvc export`` and ``memsvc import`` of the whole database: memories/s.
 
     python -m bench.lifecycle [--queries 50] [--small-users 500]
+    python -m bench.lifecycle_postgres [...]   the same on PostgreSQL
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from memsvc.search import nearest  # noqa: E402
 from memsvc.services import memories as service  # noqa: E402
 from memsvc.services import transfer  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
+from memsvc.store import Store  # noqa: E402
 from memsvc.store import connect  # noqa: E402
 
 DIMS = 384
@@ -85,9 +87,7 @@ def memory(user: str, i: int) -> Memory:
     return Memory(str(uuid.uuid4()), "bench", user, text(user, i), meta, i, i)
 
 
-def fill(
-    store: SqliteStore, rng: np.random.Generator, centroids: np.ndarray, small_users: int
-) -> None:
+def fill(store: Store, rng: np.random.Generator, centroids: np.ndarray, small_users: int) -> None:
     batch: list[Memory] = []
     for i in range(LARGE):
         batch.append(memory("large", i))
@@ -112,7 +112,20 @@ def timed(fn, queries) -> list[float]:
     return out
 
 
-def main() -> None:
+def open_store(tmp: str, name: str, postgres: bool) -> Store:
+    """A new, empty database: a SQLite file in ``tmp``, or one on the tests' PostgreSQL."""
+    if postgres:
+        from tests.support import postgres as pg
+        from tests.support.stores import open_store as open_url
+
+        store = open_url(pg.fresh_database(f"bench_lifecycle_{name}"))
+    else:
+        store = SqliteStore(connect(f"{tmp}/{name}.sqlite3", mmap_mb=1024))
+    store.migrate(Fixed.model_id, DIMS)
+    return store
+
+
+def main(postgres: bool = False) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--small-users", type=int, default=500)
@@ -121,8 +134,7 @@ def main() -> None:
     centroids = rng.standard_normal((TOPICS, DIMS))
     queries = draw(rng, centroids, args.queries)
     with tempfile.TemporaryDirectory() as tmp:
-        store = SqliteStore(connect(f"{tmp}/bench.sqlite3", mmap_mb=1024))
-        store.migrate(Fixed.model_id, DIMS)
+        store = open_store(tmp, "bench", postgres)
         started = time.perf_counter()
         fill(store, rng, centroids, args.small_users)
         filled = time.perf_counter() - started
@@ -180,8 +192,7 @@ def main() -> None:
         n = transfer.export(store, exported)
         export_s = time.perf_counter() - started
         lines = exported.getvalue().splitlines(keepends=True)
-        target = SqliteStore(connect(f"{tmp}/imported.sqlite3"))
-        target.migrate(Fixed.model_id, DIMS)
+        target = open_store(tmp, "imported", postgres)
         header, count = transfer.check(lines)
         started = time.perf_counter()
         result = transfer.import_(target, Fixed(), lines, header=header, total=count)
@@ -233,8 +244,8 @@ def main() -> None:
             f"deleteAll of a {SMALL}-memory user: p50 {pct(small, 50):.1f} ms; "
             f"one delete: p50 {pct(single, 50):.2f} ms"
         )
-        store.conn.close()
-        target.conn.close()
+        for opened in (store, target):
+            opened.conn.close()  # type: ignore[attr-defined]
 
 
 if __name__ == "__main__":

@@ -73,7 +73,17 @@ def raw_vectors(blobs: t.Iterable[bytes]) -> np.ndarray:
 
 def _configure(conn: psycopg.Connection[t.Any]) -> None:
     conn.autocommit = True  # the store opens every transaction itself
+    _session(conn)
+
+
+def _session(conn: psycopg.Connection[t.Any]) -> None:
     register_vector(conn)
+    # psycopg prepares a statement run five times, and PostgreSQL may then
+    # plan it once for any parameters. One user's rows are a handful or a
+    # hundred thousand; a plan made without knowing whose rows are asked for
+    # read all of a large user's vectors to find one (2.2 ms instead of
+    # 0.02 ms). Plan each execution for its own values.
+    conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 class PgDatabase:
@@ -163,7 +173,7 @@ class PgDatabase:
     def connect(self) -> psycopg.Connection[t.Any]:
         """A connection of its own, outside the pool (closing it is the caller's)."""
         conn = psycopg.connect(self.url, application_name=self.application, autocommit=True)
-        register_vector(conn)
+        _session(conn)
         return conn
 
 
