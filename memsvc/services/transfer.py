@@ -310,4 +310,6 @@ def import_(
             progress(done, total)
     flush()
     progress(done, total)
+    if result.imported:
+        store.refresh_statistics()
     return result

@@ -143,6 +143,10 @@ class Store(abc.ABC):
         """Make erased bytes unrecoverable from the database's own files, where it can."""
 
     @abc.abstractmethod
+    def refresh_statistics(self) -> None:
+        """After a bulk load: let the database plan queries for the data it now holds."""
+
+    @abc.abstractmethod
     def erasures(self) -> int:
         """A number that grows whenever a memory is deleted or replaced, by any process."""
 

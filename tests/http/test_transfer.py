@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 
+import psycopg
 import pytest
 
 from memsvc import clock
@@ -109,6 +110,15 @@ def test_moving_from_sqlite_to_postgresql_and_back_answers_byte_for_byte_the_sam
         cli_context.overrides = {**cli_context.overrides, "DATABASE": url}
         result = memsvc_cli("import", str(path))
         assert result.stderr.strip() == "Imported 17 memories.", result.output
+        # The planner has statistics of the imported rows at once, not after
+        # autovacuum's first round (without them a large user's vectors were
+        # read whole to load one).
+        with psycopg.connect(url) as conn:
+            analyzed = conn.execute(
+                "SELECT count(DISTINCT tablename) FROM pg_stats "
+                "WHERE tablename IN ('memories', 'memory_vectors', 'memory_history')"
+            ).fetchone()
+        assert analyzed == (3,)
         target = make_app(DATABASE=url)
         target_auth = {t: key_for(target, t) for t in auth}
         assert answers(target, target_auth) == before

@@ -198,6 +198,14 @@ class PgStore(Store):
         # PostgreSQL's files until vacuum reuses the space (see docs).
         return None
 
+    def refresh_statistics(self) -> None:
+        # Until its first ANALYZE (autovacuum's comes within minutes), the
+        # planner knows nothing of how rows spread over users, and its plan
+        # for loading vectors by id read all of a large user's vectors to
+        # find one: 2.2 ms a call instead of 0.02 ms, export 342/s.
+        for table in ("memories", "memory_vectors", "memory_history", "memory_users"):
+            self.conn.execute(f"ANALYZE {table}")
+
     def erasures(self) -> int:
         (total,) = self._one("SELECT coalesce(sum(deletes) + sum(generation), 0) FROM memory_users")
         return int(total)

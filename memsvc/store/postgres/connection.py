@@ -78,12 +78,6 @@ def _configure(conn: psycopg.Connection[t.Any]) -> None:
 
 def _session(conn: psycopg.Connection[t.Any]) -> None:
     register_vector(conn)
-    # psycopg prepares a statement run five times, and PostgreSQL may then
-    # plan it once for any parameters. One user's rows are a handful or a
-    # hundred thousand; a plan made without knowing whose rows are asked for
-    # read all of a large user's vectors to find one (2.2 ms instead of
-    # 0.02 ms). Plan each execution for its own values.
-    conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 class PgDatabase:
