@@ -1,4 +1,5 @@
 import os
+import pathlib
 import uuid
 
 import numpy as np
@@ -231,3 +232,28 @@ def test_failed_write_leaves_no_transaction_open(store):
             raise RuntimeError("boom")
     assert not store.in_transaction()
     assert count(store, "memories") == 0
+
+
+def test_a_rolled_back_erasure_leaves_the_keyword_index_secure_deleting(store, db_path):
+    """deleteAll of a large share turns FTS5's secure-delete off while it merges the index;
+    if the transaction fails, the setting and its effect come back with the rollback."""
+    memories = [memory(content=f"note {i} about gardening") for i in range(40)]
+    memories[0] = memory(content="my pin is zzpinmarker one")
+    for i, m in enumerate(memories):
+        add(store, m, rand(seed=i))
+    with pytest.raises(RuntimeError), store.write():
+        assert store.delete_user("t1", "u1") == 40  # the whole database: the merge
+        raise RuntimeError("the request failed after the erasure")
+    assert count(store, "memories") == 40
+    settings = dict(store.conn.execute("SELECT k, v FROM memory_fts_config").fetchall())
+    assert settings["secure-delete"] == 1
+    with store.write():
+        assert store.delete_memory("t1", memories[0].id)
+    store.checkpoint()
+    on_disk = b"".join(
+        pathlib.Path(path).read_bytes()
+        for path in (db_path, db_path + "-wal")
+        if os.path.exists(path)
+    )
+    assert b"zzpinmarker" not in on_disk
+    assert store.keyword("t1", "u1", ["gardening"], 100)  # the rest still found
