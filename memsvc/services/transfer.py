@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import itertools
 import json
 import typing as t
 
@@ -36,6 +37,8 @@ from ..store import Store
 
 FORMAT = "memsvc-export"
 FORMAT_VERSION = 1
+#: Memories read per round of ``Store.exported`` (vectors and history in bulk).
+EXPORT_BATCH = 500
 
 Progress = t.Callable[[int, int], None]
 
@@ -92,36 +95,42 @@ def export(
         }
         out.write(json.dumps(header, ensure_ascii=False) + "\n")
         done = 0
-        for seq, memory, first_vid, windows in store.all_memories(tenant, user_id, now):
-            vids = np.arange(first_vid, first_vid + windows, dtype=np.int64)
-            vectors = store.vectors(memory.tenant, memory.user_id, vids)
-            record = {
-                "id": memory.id,
-                "tenant": memory.tenant,
-                "userId": memory.user_id,
-                "content": memory.content,
-                "metadata": memory.metadata,
-                "createdAt": clock.iso(memory.created_at),
-                "updatedAt": clock.iso(memory.updated_at),
-                "expiresAt": _iso(memory.expires_at),
-                "version": memory.version,
-                "history": [
-                    {
-                        "version": v.version,
-                        "content": v.content,
-                        "metadata": v.metadata,
-                        "event": v.event,
-                        "at": clock.iso(v.at),
-                    }
-                    for v in store.versions(seq)
-                ],
-                "vectors": [_vector_text(v) for v in vectors[:windows]],
-            }
-            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-            done += 1
-            if done % 100 == 0 or done == total:
-                progress(done, total)
+        rows = store.all_memories(tenant, user_id, now)
+        while chunk := list(itertools.islice(rows, EXPORT_BATCH)):
+            for (_, memory, _, windows), (vectors, versions) in zip(
+                chunk, store.exported(chunk), strict=True
+            ):
+                out.write(_record_line(memory, versions, vectors[:windows]))
+                done += 1
+                if done % 100 == 0 or done == total:
+                    progress(done, total)
     return done
+
+
+def _record_line(memory: Memory, versions: list[Version], vectors: np.ndarray) -> str:
+    record = {
+        "id": memory.id,
+        "tenant": memory.tenant,
+        "userId": memory.user_id,
+        "content": memory.content,
+        "metadata": memory.metadata,
+        "createdAt": clock.iso(memory.created_at),
+        "updatedAt": clock.iso(memory.updated_at),
+        "expiresAt": _iso(memory.expires_at),
+        "version": memory.version,
+        "history": [
+            {
+                "version": v.version,
+                "content": v.content,
+                "metadata": v.metadata,
+                "event": v.event,
+                "at": clock.iso(v.at),
+            }
+            for v in versions
+        ],
+        "vectors": [_vector_text(v) for v in vectors],
+    }
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 # -- import -----------------------------------------------------------------------------

@@ -236,6 +236,18 @@ class Store(abc.ABC):
     ) -> t.Iterator[tuple[int, Memory, int, int]]:
         """Visible memories (of a tenant, of a user), oldest first, with seq and vector ids."""
 
+    def exported(
+        self, memories: t.Sequence[tuple[int, Memory, int, int]]
+    ) -> list[tuple[np.ndarray, list[Version]]]:
+        """Vectors and earlier versions of :meth:`all_memories`' rows, in their order."""
+        return [
+            (
+                self.vectors(m.tenant, m.user_id, np.arange(first, first + windows)),
+                self.versions(seq),
+            )
+            for seq, m, first, windows in memories
+        ]
+
     @abc.abstractmethod
     def existing_ids(self, ids: t.Sequence[str]) -> set[str]:
         """Which of these memory ids exist, in any tenant."""

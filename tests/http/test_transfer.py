@@ -14,6 +14,7 @@ import pytest
 from memsvc import clock
 from memsvc.api.context import store
 from memsvc.services import keys
+from memsvc.services import transfer
 from tests.support import postgres
 from tests.support.helpers import data
 from tests.support.helpers import mutate
@@ -65,8 +66,9 @@ def answers(app, auth) -> list[bytes]:
 
 
 def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same(
-    make_app, memsvc_cli, cli_context, tmp_path
+    make_app, memsvc_cli, cli_context, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(transfer, "EXPORT_BATCH", 4)  # 17 memories: five rounds of reads
     source = make_app()
     auth = fill(source)
     before = answers(source, auth)

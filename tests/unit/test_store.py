@@ -9,8 +9,10 @@ from memsvc import clock
 from memsvc import search
 from memsvc.models import ApiKey
 from memsvc.models import Memory
+from memsvc.models import Version
 from memsvc.store import SCHEMA_VERSION
 from memsvc.store import SqliteStore
+from memsvc.store import Store
 from memsvc.store import StoreMismatch
 from memsvc.store import connect
 
@@ -257,3 +259,30 @@ def test_a_rolled_back_erasure_leaves_the_keyword_index_secure_deleting(store, d
     )
     assert b"zzpinmarker" not in on_disk
     assert store.keyword("t1", "u1", ["gardening"], 100)  # the rest still found
+
+
+def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
+    """``exported`` (one query per batch on PostgreSQL) equals the per-memory reads."""
+    memories, vectors = [], []
+    for i in range(30):
+        m = memory(tenant=f"t{i % 2}", user=f"u{i % 3}", content=f"fact {i}", created_at=i)
+        memories.append(m)
+        vectors.append(np.stack([rand(seed=100 * i + w) for w in range(1 + i % 4)]))
+    with store.write():
+        seqs = store.insert_memories(memories, vectors)
+        for seq, i in zip(seqs, range(0, 30, 4), strict=False):
+            store.insert_versions(
+                seq,
+                [Version(1, f"old {i}", {"v": 1}, "add", 5), Version(2, "older", {}, "update", 6)],
+            )
+    with store.read():
+        rows = list(store.all_memories(None, None, clock.now_ms()))
+        bulk = store.exported(rows)
+        one_by_one = Store.exported(store, rows)
+    assert len(bulk) == len(one_by_one) == 30
+    for (_, m, _, windows), (vs, hist), (vs1, hist1) in zip(rows, bulk, one_by_one, strict=True):
+        assert vs.shape == (windows, 16)
+        np.testing.assert_array_equal(vs, vs1)
+        np.testing.assert_array_equal(vs, vectors[memories.index(m)])
+        assert hist == hist1
+    assert sum(len(h) for _, h in bulk) == 2 * len(range(0, 30, 4))
