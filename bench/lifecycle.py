@@ -190,7 +190,7 @@ def main(postgres: bool = False) -> None:
         # -- export and import ------------------------------------------------------------
         exported = io.StringIO()
         started = time.perf_counter()
-        n = transfer.export(store, exported)
+        n = transfer.export(store, exported).memories
         export_s = time.perf_counter() - started
         lines = exported.getvalue().splitlines(keepends=True)
         target = open_store(tmp, "imported", postgres)

@@ -327,7 +327,9 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
     """Write memories, with their history and vectors, to PATH as JSON Lines (- for stdout).
 
     A consistent snapshot, taken while the service runs. `memsvc import`
-    reads it back, here or into another database.
+    reads it back, here or into another database. The API keys of the
+    database (or of --tenant) go too, as their hashes, so that callers keep
+    their keys after a move; an export of one --user carries none.
     """
     store = ctx.store()
     bar = Progress("exporting")
@@ -346,7 +348,8 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
             os.fsync(out.fileno())
         os.replace(tmp, path)
     bar.close()
-    click.echo(f"Exported {_plural(n, 'memory', 'memories')}.", err=True)
+    keys = f" and {_plural(n.api_keys, 'API key')}" if n.api_keys else ""
+    click.echo(f"Exported {_plural(n.memories, 'memory', 'memories')}{keys}.", err=True)
 
 
 @cli.command("import")
@@ -354,10 +357,10 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
 @pass_context
 def import_command(ctx: Context, path: str, batch_size: int) -> None:
-    """Import memories from a file `memsvc export` wrote.
+    """Import memories (and API keys) from a file `memsvc export` wrote.
 
     The whole file is checked first: a malformed line is reported with its
-    number and nothing is imported. Memories whose id the database already
+    number and nothing is imported. Memories and keys the database already
     has are skipped, so running it again after an interruption carries on.
     Text is embedded again when the file's vectors come from another model.
     """
@@ -377,12 +380,17 @@ def import_command(ctx: Context, path: str, batch_size: int) -> None:
     notes = []
     if result.existing:
         notes.append(f"{_plural(result.existing, 'memory', 'memories')} already there")
+    if result.keys_existing:
+        notes.append(f"{_plural(result.keys_existing, 'API key')} already there")
     if result.expired:
         notes.append(f"{result.expired:,} expired")
     if result.reembedded:
         notes.append(f"embedded again with {rt.embedder.model_id}")
+    keys = ""
+    if result.keys_imported or result.keys_existing:
+        keys = f" and {_plural(result.keys_imported, 'API key')}"
     click.echo(
-        f"Imported {_plural(result.imported, 'memory', 'memories')}"
+        f"Imported {_plural(result.imported, 'memory', 'memories')}{keys}"
         + (f" ({'; '.join(notes)})" if notes else "")
         + ".",
         err=True,

@@ -1,9 +1,15 @@
 """``memsvc export`` and ``memsvc import``: memories in and out as JSON Lines.
 
-The file is one header line, then one memory per line, oldest first::
+The file is one header line, then the API keys (of the whole database or
+of the exported tenant; none when one end user is exported), then one
+memory per line, oldest first::
 
-    {"format": "memsvc-export", "version": 1, "model": "local:all-MiniLM-L6-v2",
-     "dimensions": 384, "exportedAt": "...", "tenant": null, "userId": null, "memories": 2}
+    {"format": "memsvc-export", "version": 2, "model": "local:all-MiniLM-L6-v2",
+     "dimensions": 384, "exportedAt": "...", "tenant": null, "userId": null, "memories": 2,
+     "apiKeys": 1}
+    {"apiKey": {"id": "...", "tenant": "acme", "keyId": "...", "name": "...",
+     "secretHash": "<hex of SHA-256>", "createdAt": "...", "lastUsedAt": null,
+     "revokedAt": null, "rateLimit": null, "concurrencyLimit": null}}
     {"id": "...", "tenant": "acme", "userId": "alice", "content": "...", "metadata": {},
      "createdAt": "...", "updatedAt": "...", "expiresAt": null, "version": 2,
      "history": [{"version": 1, "content": "...", "metadata": {}, "event": "add", "at": "..."}],
@@ -12,9 +18,11 @@ The file is one header line, then one memory per line, oldest first::
 Times are ISO 8601 with milliseconds, exactly as the API shows them, and
 vectors are the stored bits, so a database imported from an export answers
 ``getAll`` and ``search`` exactly as the one exported. Import checks the
-whole file before writing anything, skips memories whose id it already has
-(run it again after an interruption and it carries on), and embeds the
-text again when the file's vectors come from another model.
+whole file before writing anything, skips memories and keys it already
+has (run it again after an interruption and it carries on), and embeds the
+text again when the file's vectors come from another model. Keys travel as
+the hashes the database keeps, never as secrets: callers keep using theirs
+after a move. Version 1 files (memories only) still import.
 """
 
 from __future__ import annotations
@@ -31,12 +39,15 @@ import numpy as np
 from .. import clock
 from ..embeddings import Embedder
 from ..embeddings.windows import document_vectors
+from ..models import ApiKey
 from ..models import Memory
 from ..models import Version
 from ..store import Store
 
 FORMAT = "memsvc-export"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions import reads: 1 had no API keys.
+READABLE_VERSIONS = (1, 2)
 #: Memories read per round of ``Store.exported`` (vectors and history in bulk).
 EXPORT_BATCH = 500
 
@@ -48,11 +59,19 @@ class InvalidImport(ValueError):
 
 
 @dataclasses.dataclass
+class ExportResult:
+    memories: int = 0
+    api_keys: int = 0
+
+
+@dataclasses.dataclass
 class ImportResult:
     imported: int = 0
     existing: int = 0
     expired: int = 0
     reembedded: bool = False
+    keys_imported: int = 0
+    keys_existing: int = 0
 
 
 def _iso(ms: int | None) -> str | None:
@@ -74,8 +93,8 @@ def export(
     tenant: str | None = None,
     user_id: str | None = None,
     progress: Progress = lambda done, total: None,
-) -> int:
-    """Write the memories (of one tenant, of one user) to ``out``; returns how many.
+) -> ExportResult:
+    """Write the memories (of one tenant, of one user) and keys to ``out``.
 
     One read transaction: the file is one moment's snapshot.
     """
@@ -83,6 +102,8 @@ def export(
         now = clock.now_ms()
         model, dims = store.embedder() or ("", 0)
         total = store.count_memories(tenant, user_id, now)
+        # Keys belong to a tenant: an export of one end user carries none.
+        keys = store.keys_with_hashes(tenant) if user_id is None else []
         header = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -92,8 +113,11 @@ def export(
             "tenant": tenant,
             "userId": user_id,
             "memories": total,
+            "apiKeys": len(keys),
         }
         out.write(json.dumps(header, ensure_ascii=False) + "\n")
+        for key, secret_hash in keys:
+            out.write(_key_line(key, secret_hash))
         done = 0
         rows = store.all_memories(tenant, user_id, now)
         while chunk := list(itertools.islice(rows, EXPORT_BATCH)):
@@ -104,7 +128,23 @@ def export(
                 done += 1
                 if done % 100 == 0 or done == total:
                     progress(done, total)
-    return done
+    return ExportResult(done, len(keys))
+
+
+def _key_line(key: ApiKey, secret_hash: bytes) -> str:
+    record = {
+        "id": key.id,
+        "tenant": key.tenant,
+        "keyId": key.key_id,
+        "name": key.name,
+        "secretHash": secret_hash.hex(),
+        "createdAt": clock.iso(key.created_at),
+        "lastUsedAt": _iso(key.last_used_at),
+        "revokedAt": _iso(key.revoked_at),
+        "rateLimit": key.rate_limit,
+        "concurrencyLimit": key.concurrency_limit,
+    }
+    return json.dumps({"apiKey": record}, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def _record_line(memory: Memory, versions: list[Version], vectors: np.ndarray) -> str:
@@ -163,13 +203,7 @@ def _text(value: t.Any, field: str) -> str:
     return value
 
 
-def _record(line: str, dims: int) -> _Record:
-    try:
-        raw = json.loads(line)
-    except ValueError as e:
-        raise ValueError(f"not JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise ValueError("not a JSON object")
+def _record(raw: dict[str, t.Any], dims: int) -> _Record:
     memory_id = _text(raw.get("id"), "id")
     tenant = _text(raw.get("tenant"), "tenant")
     user_id = _text(raw.get("userId"), "userId")
@@ -228,6 +262,58 @@ def _record(line: str, dims: int) -> _Record:
     return _Record(memory, history, vectors)
 
 
+def _limit(value: t.Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{field} must be a whole number from 0, or null")
+    return value
+
+
+def _key_record(raw: dict[str, t.Any]) -> tuple[ApiKey, bytes]:
+    """An ``{"apiKey": {...}}`` line: the key and its secret's hash."""
+    record = raw["apiKey"]
+    if not isinstance(record, dict) or len(raw) != 1:
+        raise ValueError("apiKey must be the line's only field, an object")
+    secret_hash = record.get("secretHash")
+    if not isinstance(secret_hash, str) or len(secret_hash) != 64:
+        raise ValueError("apiKey.secretHash must be 64 hexadecimal digits")
+    try:
+        digest = bytes.fromhex(secret_hash)
+    except ValueError:
+        raise ValueError("apiKey.secretHash must be 64 hexadecimal digits") from None
+    name = record.get("name")
+    if not isinstance(name, str):
+        raise ValueError("apiKey.name must be a string")
+    created = _time(record.get("createdAt"), "apiKey.createdAt")
+    assert created is not None
+    key = ApiKey(
+        id=_text(record.get("id"), "apiKey.id"),
+        tenant=_text(record.get("tenant"), "apiKey.tenant"),
+        key_id=_text(record.get("keyId"), "apiKey.keyId"),
+        name=name,
+        created_at=created,
+        last_used_at=_time(record.get("lastUsedAt"), "apiKey.lastUsedAt", optional=True),
+        revoked_at=_time(record.get("revokedAt"), "apiKey.revokedAt", optional=True),
+        rate_limit=_limit(record.get("rateLimit"), "apiKey.rateLimit"),
+        concurrency_limit=_limit(record.get("concurrencyLimit"), "apiKey.concurrencyLimit"),
+    )
+    return key, digest
+
+
+def _line(line: str, dims: int) -> _Record | tuple[ApiKey, bytes]:
+    """A memory line as a :class:`_Record`, or a key line as ``(key, secret hash)``."""
+    try:
+        raw = json.loads(line)
+    except ValueError as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    if "apiKey" in raw:
+        return _key_record(raw)
+    return _record(raw, dims)
+
+
 def read_header(line: str) -> dict[str, t.Any]:
     try:
         header = json.loads(line)
@@ -235,7 +321,7 @@ def read_header(line: str) -> dict[str, t.Any]:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise InvalidImport(f"line 1: not a {FORMAT} header")
-    if header.get("version") != FORMAT_VERSION:
+    if header.get("version") not in READABLE_VERSIONS:
         raise InvalidImport(f"line 1: format version {header.get('version')!r} is not supported")
     if not isinstance(header.get("model"), str) or not isinstance(header.get("dimensions"), int):
         raise InvalidImport("line 1: the header must name the model and its dimensions")
@@ -247,6 +333,7 @@ def check(lines: t.Iterable[str]) -> tuple[dict[str, t.Any], int]:
     header: dict[str, t.Any] | None = None
     n = 0
     ids: set[str] = set()
+    key_ids: set[str] = set()
     for number, line in enumerate(lines, start=1):
         if number == 1:
             header = read_header(line)
@@ -254,9 +341,14 @@ def check(lines: t.Iterable[str]) -> tuple[dict[str, t.Any], int]:
         if not line.strip():
             continue
         try:
-            record = _record(line, header["dimensions"] if header else 0)
+            record = _line(line, header["dimensions"] if header else 0)
         except ValueError as e:
             raise InvalidImport(f"line {number}: {e}") from None
+        if not isinstance(record, _Record):
+            if record[0].id in key_ids:
+                raise InvalidImport(f"line {number}: the key {record[0].id} appears twice")
+            key_ids.add(record[0].id)
+            continue
         if record.memory.id in ids:
             raise InvalidImport(f"line {number}: the id {record.memory.id} appears twice")
         ids.add(record.memory.id)
@@ -264,6 +356,15 @@ def check(lines: t.Iterable[str]) -> tuple[dict[str, t.Any], int]:
     if header is None:
         raise InvalidImport("the file is empty")
     return header, n
+
+
+def _import_key(store: Store, key: ApiKey, secret_hash: bytes, result: ImportResult) -> None:
+    with store.write():
+        if store.get_key(key.id) is not None or store.key_by_hash(secret_hash) is not None:
+            result.keys_existing += 1
+            return
+        store.insert_key(key, secret_hash)
+    result.keys_imported += 1
 
 
 def import_(
@@ -312,7 +413,11 @@ def import_(
     for number, line in enumerate(lines, start=1):
         if number == 1 or not line.strip():
             continue
-        batch.append(_record(line, header["dimensions"]))
+        record = _line(line, header["dimensions"])
+        if not isinstance(record, _Record):
+            _import_key(store, *record, result)
+            continue
+        batch.append(record)
         done += 1
         if len(batch) >= batch_size:
             flush()

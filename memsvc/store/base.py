@@ -334,6 +334,10 @@ class Store(abc.ABC):
         """A tenant's keys, or every key when ``tenant`` is None, oldest first."""
 
     @abc.abstractmethod
+    def keys_with_hashes(self, tenant: str | None = None) -> list[tuple[ApiKey, bytes]]:
+        """:meth:`list_keys` with each key's secret hash, for an export that moves them."""
+
+    @abc.abstractmethod
     def revoke_key(self, key_id: str, now: int) -> None:
         """Mark a key revoked; a key already revoked keeps its first time."""
 

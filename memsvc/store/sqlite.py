@@ -716,6 +716,15 @@ class SqliteStore(Store):
             ).fetchall()
         return [_key(row) for row in rows]
 
+    def keys_with_hashes(self, tenant: str | None = None) -> list[tuple[ApiKey, bytes]]:
+        where, params = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
+        rows = self.conn.execute(
+            f"SELECT {_KEY_COLUMNS}, secret_hash FROM api_keys {where} "
+            "ORDER BY tenant, created_at, rowid",
+            params,
+        ).fetchall()
+        return [(_key(row[:-1]), bytes(row[-1])) for row in rows]
+
     def revoke_key(self, key_id: str, now: int) -> None:
         """Mark a key revoked; a key already revoked keeps its first time."""
         self.conn.execute(

@@ -75,25 +75,31 @@ def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same
     path = tmp_path / "export.jsonl"
     result = memsvc_cli("export", str(path))
     assert result.exit_code == 0, result.output
-    assert "Exported 17 memories." in result.stderr
+    assert "Exported 17 memories and 2 API keys." in result.stderr
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
     assert header["model"] == "local:all-MiniLM-L6-v2" and header["memories"] == 17
+    assert header["version"] == 2 and header["apiKeys"] == 2
     assert oct(path.stat().st_mode)[-3:] == "600"
+    # Keys travel as the hashes the database keeps, never as secrets.
+    assert not any(h["x-api-key"] in path.read_text() for h in auth.values())
 
     fresh_db = str(tmp_path / "fresh.sqlite3")
     cli_context.overrides = {**cli_context.overrides, "DATABASE": fresh_db}
     result = memsvc_cli("import", str(path))
     assert result.exit_code == 0, result.output
-    assert result.stderr.strip() == "Imported 17 memories."
+    assert result.stderr.strip() == "Imported 17 memories and 2 API keys."
     target = make_app(DATABASE=fresh_db)
-    target_auth = {t: key_for(target, t) for t in auth}
-    assert answers(target, target_auth) == before
+    # Callers keep their keys: the same requests get the same bytes.
+    assert answers(target, auth) == before
 
     # Idempotent: a second run adds nothing.
     again = memsvc_cli("import", str(path))
-    assert "Imported 0 memories (17 memories already there)." in again.stderr
-    assert answers(target, target_auth) == before
+    assert (
+        "Imported 0 memories and 0 API keys (17 memories already there; "
+        "2 API keys already there)." in again.stderr
+    )
+    assert answers(target, auth) == before
 
 
 @pytest.mark.stores("sqlite")
@@ -111,7 +117,7 @@ def test_moving_from_sqlite_to_postgresql_and_back_answers_byte_for_byte_the_sam
     try:
         cli_context.overrides = {**cli_context.overrides, "DATABASE": url}
         result = memsvc_cli("import", str(path))
-        assert result.stderr.strip() == "Imported 17 memories.", result.output
+        assert result.stderr.strip() == "Imported 17 memories and 2 API keys.", result.output
         # The planner has statistics of the imported rows at once, not after
         # autovacuum's first round (without them a large user's vectors were
         # read whole to load one).
@@ -122,12 +128,20 @@ def test_moving_from_sqlite_to_postgresql_and_back_answers_byte_for_byte_the_sam
             ).fetchone()
         assert analyzed == (3,)
         target = make_app(DATABASE=url)
-        target_auth = {t: key_for(target, t) for t in auth}
-        assert answers(target, target_auth) == before
-        # And back: PostgreSQL's export imports into a new file the same way.
+        assert answers(target, auth) == before  # with the callers' own keys
+        # And back: PostgreSQL's export imports into a new file the same way
+        # (the keys' lastUsedAt moved on with the answers above).
         back = tmp_path / "back.jsonl"
         assert memsvc_cli("export", str(back)).exit_code == 0
-        assert back.read_text().splitlines()[1:] == path.read_text().splitlines()[1:]
+
+        def memory_lines(p):
+            return [x for x in p.read_text().splitlines()[1:] if not x.startswith('{"apiKey"')]
+
+        def key_ids(p):
+            return [json.loads(x)["apiKey"]["id"] for x in p.read_text().splitlines()[1:3]]
+
+        assert memory_lines(back) == memory_lines(path)
+        assert key_ids(back) == key_ids(path)
     finally:
         if target is not None:
             target.extensions["memsvc"].close()
@@ -140,11 +154,12 @@ def test_import_resumes_after_an_interruption(make_app, memsvc_cli, cli_context,
     memsvc_cli("export", str(path))
     lines = path.read_text().splitlines(keepends=True)
     half = tmp_path / "half.jsonl"
-    half.write_text("".join(lines[:9]))  # as if the run stopped after 8 memories
+    half.write_text("".join(lines[:11]))  # as if the run stopped after 2 keys and 8 memories
     cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
-    assert "Imported 8 memories." in memsvc_cli("import", str(half)).stderr
+    assert "Imported 8 memories and 2 API keys." in memsvc_cli("import", str(half)).stderr
     assert (
-        "Imported 9 memories (8 memories already there)." in memsvc_cli("import", str(path)).stderr
+        "Imported 9 memories and 0 API keys (8 memories already there; 2 API keys already there)."
+        in memsvc_cli("import", str(path)).stderr
     )
     target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
     with target.app_context():
@@ -172,6 +187,8 @@ def test_a_malformed_line_is_named_and_nothing_is_imported(
     for damage, message in (
         ("{not json", "line 2: not JSON"),
         ('{"id": "x"}', "line 2: tenant must be a non-empty string"),
+        ('{"apiKey": {"id": "k"}}', "line 2: apiKey.secretHash must be 64 hexadecimal digits"),
+        (lines[1].strip() + "\n" + lines[1].strip(), "line 3: the key"),
     ):
         bad.write_text(lines[0] + damage + "\n")
         assert message in memsvc_cli("import", str(bad)).stderr
@@ -216,7 +233,7 @@ def test_a_progress_bar_on_a_terminal_and_silence_in_a_pipe(make_app, tmp_path, 
     }
     command = [sys.executable, "-m", "memsvc.cli", "export", str(tmp_path / "x.jsonl")]
     piped = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert piped.stderr.strip() == "Exported 17 memories."
+    assert piped.stderr.strip() == "Exported 17 memories and 2 API keys."
     primary, secondary = pty.openpty()
     try:
         proc = subprocess.run(
@@ -237,4 +254,21 @@ def test_a_progress_bar_on_a_terminal_and_silence_in_a_pipe(make_app, tmp_path, 
     assert proc.returncode == 0
     text = shown.decode()
     assert "exporting [########################] 17/17" in text and "/s  ETA" in text
-    assert "Exported 17 memories." in text
+    assert "Exported 17 memories and 2 API keys." in text
+
+
+def test_a_version_1_file_without_keys_still_imports(make_app, memsvc_cli, cli_context, tmp_path):
+    fill(make_app())
+    path = tmp_path / "export.jsonl"
+    memsvc_cli("export", str(path))
+    lines = path.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["version"] = 1
+    del header["apiKeys"]
+    old = [json.dumps(header) + "\n"] + [x for x in lines[1:] if not x.startswith('{"apiKey"')]
+    path.write_text("".join(old))
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
+    assert memsvc_cli("import", str(path)).stderr.strip() == "Imported 17 memories."
+    header["version"] = 3
+    path.write_text(json.dumps(header) + "\n")
+    assert "format version 3 is not supported" in memsvc_cli("import", str(path)).stderr

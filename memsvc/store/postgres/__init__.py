@@ -747,6 +747,15 @@ class PgStore(Store):
             )
         return [key_of(row) for row in rows]
 
+    def keys_with_hashes(self, tenant: str | None = None) -> list[tuple[ApiKey, bytes]]:
+        where, params = ("WHERE tenant = %s", (tenant,)) if tenant is not None else ("", ())
+        rows = self._rows(
+            f"SELECT {KEY_COLUMNS}, secret_hash FROM api_keys {where} "
+            "ORDER BY tenant, created_at, seq",
+            params,
+        )
+        return [(key_of(row[:-1]), bytes(row[-1])) for row in rows]
+
     def revoke_key(self, key_id: str, now: int) -> None:
         self.conn.execute(
             "UPDATE api_keys SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL",
