@@ -124,8 +124,10 @@ def _scan(
 ) -> list[tuple[int, float]]:
     """Score every memory of a snapshot, then rank the candidates exactly."""
     scores = snap.entry_scores(snap.row_scores(query))
-    scores[~scope.mask(snap)] = -np.inf
-    idx = candidates(scores, k, threshold)
+    admitted = np.flatnonzero(scope.mask(snap))
+    # Only the admitted memories compete: numpy's partition is ten times
+    # slower over an array that is mostly -inf (a 1% filter).
+    idx = admitted[candidates(scores[admitted], k, threshold)]
     rows, owner = snap.rows_of(idx)
     return rank(snap.matrix[rows], owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
 
