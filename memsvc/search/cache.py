@@ -64,6 +64,7 @@ class Snapshot:
     expires: np.ndarray  # int64 [mcap]; 0: never
     alive: np.ndarray  # bool [mcap]
     metadata: list[str]  # JSON, [m]
+    metadata_bytes: int  # what the metadata texts take, as _text_bytes counts it
     n: int
     matrix: np.ndarray  # float32 [cap, dims], the stored vectors as they are
     scale: np.ndarray  # float32 [cap]: 1 / |row|, so that scores are cosines
@@ -75,7 +76,7 @@ class Snapshot:
             self.first_vid, self.windows, self.row_start, self.seqs, self.created,
             self.expires, self.alive, self.matrix, self.scale,
         )  # fmt: skip
-        return sum(a.nbytes for a in arrays) + sum(len(text) + 50 for text in self.metadata)
+        return sum(a.nbytes for a in arrays) + self.metadata_bytes
 
     @property
     def single(self) -> bool:
@@ -250,6 +251,7 @@ def load(
         m=0,
         **empty,
         metadata=[],
+        metadata_bytes=0,
         n=0,
         matrix=matrix,
         scale=np.zeros(len(matrix), dtype=np.float32),
@@ -331,6 +333,7 @@ def _append(
         m=m + k,
         n=n + rows,
         metadata=snap.metadata + added,
+        metadata_bytes=snap.metadata_bytes + _text_bytes(added),
         columns=snap.columns.extended(added),
     )
 
@@ -360,8 +363,18 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
     # Deletions alone leave every memory's metadata, and so the columns, as they were.
     columns = Columns(metadata) if changed else snap.columns
     return dataclasses.replace(
-        snap, alive=alive, expires=expires, metadata=metadata, columns=columns
+        snap,
+        alive=alive,
+        expires=expires,
+        metadata=metadata,
+        metadata_bytes=_text_bytes(metadata) if changed else snap.metadata_bytes,
+        columns=columns,
     )
+
+
+def _text_bytes(texts: t.Iterable[str]) -> int:
+    """Memory held by metadata texts, roughly: a str object's overhead is ~50 bytes."""
+    return sum(len(text) + 50 for text in texts)
 
 
 def _grow(array: np.ndarray, n: int, capacity: int, width: int | None = None) -> np.ndarray:
@@ -388,6 +401,7 @@ def _compact(snap: Snapshot) -> Snapshot:
         expires=snap.expires[keep],
         alive=np.ones(len(keep), dtype=bool),
         metadata=metadata,
+        metadata_bytes=_text_bytes(metadata),
         n=len(rows),
         matrix=np.ascontiguousarray(snap.matrix[rows]),
         scale=snap.scale[rows],
