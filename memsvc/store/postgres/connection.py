@@ -73,10 +73,6 @@ def raw_vectors(blobs: t.Iterable[bytes]) -> np.ndarray:
 
 def _configure(conn: psycopg.Connection[t.Any]) -> None:
     conn.autocommit = True  # the store opens every transaction itself
-    _session(conn)
-
-
-def _session(conn: psycopg.Connection[t.Any]) -> None:
     register_vector(conn)
 
 
@@ -167,7 +163,7 @@ class PgDatabase:
     def connect(self) -> psycopg.Connection[t.Any]:
         """A connection of its own, outside the pool (closing it is the caller's)."""
         conn = psycopg.connect(self.url, application_name=self.application, autocommit=True)
-        _session(conn)
+        register_vector(conn)
         return conn
 
 
