@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import typing as t
 
 import numpy as np
@@ -54,9 +55,30 @@ class BackendUnavailable(RuntimeError):
     """The ONNX backend cannot run here; the numpy forward can."""
 
 
+# Digests this process has computed, by the file's identity and change times.
+# Hashing the weights (90 MB) took 0.1 s every time an app was made; any
+# write to a file changes its ctime, which no one can set back, so a file
+# whose stat matches is the file that was hashed.
+_digests: dict[tuple[int, ...], str] = {}
+_digests_lock = threading.Lock()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _sha256_file(path: str) -> str:
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        before = _identity(os.fstat(f.fileno()))
+        with _digests_lock:
+            known = _digests.get(before)
+        if known is not None:
+            return known
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if _identity(os.fstat(f.fileno())) == before:  # not written to while read
+            with _digests_lock:
+                _digests[before] = digest
+        return digest
 
 
 def cache_key(model_dir: str, quantize: str) -> str:
