@@ -48,7 +48,7 @@ test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.in
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
 test-fast: install
-	$(BIN)/pytest -q tests/unit tests/http
+	$(BIN)/pytest -q tests/unit tests/http --stores sqlite
 
 check: lint typecheck
 

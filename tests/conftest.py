@@ -41,6 +41,34 @@ def local_embedder():
 STORES = ("sqlite", "postgres")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--stores",
+        default=",".join(STORES),
+        help="run the tests about stores on these only (make test-fast: sqlite)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """``--stores sqlite``: deselect the tests of the other stores (listed as deselected)."""
+    chosen = set(config.getoption("--stores").split(","))
+    if chosen >= set(STORES):
+        return
+    keep, drop = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        kind = callspec.params.get("store_kind") if callspec else None
+        mark = item.get_closest_marker("stores")
+        if kind is not None:
+            wanted = kind in chosen
+        else:
+            wanted = mark is None or bool(chosen & set(mark.args))
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_generate_tests(metafunc):
     """Tests on a ``database`` run once per store, SQLite and PostgreSQL.
 

@@ -27,6 +27,8 @@ from memsvc.store.postgres.limits import install
 from tests.support.postgres import drop_database
 from tests.support.postgres import fresh_database
 
+pytestmark = pytest.mark.stores("postgres")
+
 S = 1000  # ms
 
 
