@@ -82,9 +82,11 @@ def live(tmp_path_factory):
         tmp_path_factory.mktemp("schemathesis"),
         MEMSVC_RATE_LIMIT_PER_MINUTE="0",
         MEMSVC_CONCURRENCY_LIMIT="0",
-        # The keys router's per-tenant limit, on servers that have one: the
-        # run creates more keys a minute than it allows.
+        # The keys router's per-tenant limits: the run creates more keys a
+        # minute than they allow, and at make soak's length more keys than
+        # a tenant may hold (tests/e2e/test_hostile_calls.py tests both).
         MEMSVC_KEYS_RATE_LIMIT_PER_MINUTE="0",
+        MEMSVC_MAX_KEYS_PER_TENANT="0",
     )
     yield Live(server)
     server.stop()
