@@ -1,0 +1,162 @@
+"""What every limiter answers: exact rolling windows, slots, and the same messages.
+
+Run against the per-key files a SQLite deployment uses (``memsvc.limits``)
+and against PostgreSQL (``memsvc.store.postgres.limits``), which several app
+servers share; what only one of them does is in test_limits.py and
+test_limits_pg.py.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from memsvc.limits import Limiter
+from memsvc.limits import Limits
+from memsvc.limits import Refused
+from memsvc.store.postgres.limits import PgLimiter
+from memsvc.store.postgres.limits import install
+from tests.support.limiting import RATE_ONLY
+from tests.support.limiting import Clock
+from tests.support.limiting import S
+from tests.support.limiting import admit
+from tests.support.postgres import drop_database
+from tests.support.postgres import fresh_database
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def limiter(store_kind, tmp_path, clock, request):
+    """The limiter of a deployment on this store, on a clock the test moves."""
+    if store_kind == "sqlite":
+        return Limiter(str(tmp_path / "limits"), clock=clock)
+    url = fresh_database(request.node.name)
+    with psycopg.connect(url) as conn:
+        install(conn)
+    pool = ConnectionPool(url, min_size=1, max_size=4, open=True)
+
+    def close() -> None:
+        pool.close()
+        drop_database(url)
+
+    request.addfinalizer(close)
+    return PgLimiter(pool.connection, clock=clock)
+
+
+def test_the_window_rolls_it_is_not_a_calendar_minute(limiter, clock):
+    start = clock.now
+    clock.now = start + 59 * S
+    assert all(admit(limiter, RATE_ONLY) != "refused" for _ in range(100))
+    clock.now = start + 61 * S  # a new calendar minute, but the same 60 s
+    assert admit(limiter, RATE_ONLY) == "refused"
+    clock.now = start + 119 * S - 1
+    assert admit(limiter, RATE_ONLY) == "refused"
+    clock.now = start + 119 * S
+    assert all(admit(limiter, RATE_ONLY) != "refused" for _ in range(100))
+    assert admit(limiter, RATE_ONLY) == "refused"
+
+
+def test_no_60_second_window_ever_holds_more_than_the_limit(limiter, clock):
+    limits = Limits(10, 0)
+    accepted = []
+    for _ in range(2000):
+        clock.now += 97  # about 10 attempts a second
+        if admit(limiter, limits) != "refused":
+            accepted.append(clock.now)
+    for i, t in enumerate(accepted):
+        in_window = [x for x in accepted[i:] if x < t + 60 * S]
+        assert len(in_window) <= 10
+    assert len(accepted) >= 30  # and the limit is not stricter than it says
+
+
+def test_refused_calls_use_up_nothing(limiter, clock):
+    limits = Limits(2, 0)
+    first = clock.now
+    admit(limiter, limits)
+    clock.now += 1
+    admit(limiter, limits)
+    for _ in range(50):
+        clock.now += 100
+        assert admit(limiter, limits) == "refused"
+    clock.now = first + 60 * S
+    assert admit(limiter, limits) != "refused"
+    assert admit(limiter, limits) == "refused"
+    clock.now = first + 60 * S + 1
+    assert admit(limiter, limits) != "refused"
+
+
+def test_retry_after_says_when_the_oldest_call_leaves_the_window(limiter, clock):
+    limits = Limits(1, 0)
+    admit(limiter, limits)
+    clock.now += 15_500
+    with pytest.raises(Refused, match="^Rate limit exceeded: 1 requests per minute$") as e:
+        limiter.acquire("k", limits)
+    assert e.value.retry_after == 45
+    clock.now += 44_400  # 100 ms to go: still at least a second
+    with pytest.raises(Refused) as e:
+        limiter.acquire("k", limits)
+    assert e.value.retry_after == 1
+
+
+def test_concurrency_slots_are_held_until_released(limiter):
+    limits = Limits(0, 10)
+    tokens = [limiter.acquire("k", limits) for _ in range(10)]
+    assert limiter.executing("k") == 10
+    with pytest.raises(
+        Refused, match="^Too many concurrent requests: at most 10 at once per API key$"
+    ) as e:
+        limiter.acquire("k", limits)
+    assert e.value.retry_after == 1
+    limiter.release("k", tokens[3])
+    assert limiter.executing("k") == 9
+    assert limiter.acquire("k", limits) is not None
+
+
+def test_a_call_refused_for_concurrency_uses_no_rate_quota(limiter, clock):
+    limits = Limits(3, 1)
+    token = limiter.acquire("k", limits)
+    for _ in range(5):
+        assert admit(limiter, limits) == "refused"
+    limiter.release("k", token)
+    assert admit(limiter, limits) != "refused"  # second of three
+    limiter.release("k", None)
+
+
+def test_keys_are_limited_separately(limiter):
+    for _ in range(3):
+        limiter.acquire("a", Limits(3, 0))
+    assert admit(limiter, Limits(3, 0), "a") == "refused"
+    assert admit(limiter, Limits(3, 0), "b") != "refused"
+
+
+def test_zero_means_unlimited(limiter):
+    assert all(limiter.acquire("k", Limits(0, 0)) is None for _ in range(1000))
+    limiter.release("k", None)
+
+
+def test_expired_slots_free_themselves(limiter, clock):
+    limits = Limits(0, 2)
+    limiter.acquire("k", limits)
+    limiter.acquire("k", limits)
+    assert admit(limiter, limits) == "refused"
+    clock.now += limiter.slot_ttl_ms
+    assert limiter.executing("k") == 0
+    assert admit(limiter, limits) != "refused"
+
+
+def test_changing_a_keys_limits_keeps_its_recent_calls(limiter, clock):
+    for _ in range(5):
+        clock.now += 1
+        limiter.acquire("k", Limits(5, 0))
+    assert admit(limiter, Limits(5, 0)) == "refused"
+    for _ in range(5):
+        assert admit(limiter, Limits(10, 0)) != "refused"
+    assert admit(limiter, Limits(10, 0)) == "refused"
+    assert admit(limiter, Limits(3, 0)) == "refused"
+    clock.now += 60 * S
+    assert admit(limiter, Limits(3, 0)) != "refused"
