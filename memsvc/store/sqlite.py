@@ -565,33 +565,28 @@ class SqliteStore(Store):
         ).fetchall()
         return [Entry(*row) for row in rows]
 
-    def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:
-        """The user's memories with these seqs (others, and missing ones, are absent)."""
-        found: dict[int, Entry] = {}
-        for start in range(0, len(seqs), 500):
-            chunk = [int(s) for s in seqs[start : start + 500]]
+    def _entries_in(
+        self, tenant: str, user_id: str, column: str, values: t.Sequence[int]
+    ) -> t.Iterator[Entry]:
+        """The user's entries whose ``column`` is one of ``values``, 500 values a query."""
+        for start in range(0, len(values), 500):
+            chunk = [int(v) for v in values[start : start + 500]]
             marks = ",".join("?" * len(chunk))
             for row in self.conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-                f"AND seq IN ({marks})",
+                f"AND {column} IN ({marks})",
                 (tenant, user_id, *chunk),
             ):
-                found[row[0]] = Entry(*row)
-        return found
+                yield Entry(*row)
+
+    def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:
+        """The user's memories with these seqs (others, and missing ones, are absent)."""
+        return {e.seq: e for e in self._entries_in(tenant, user_id, "seq", seqs)}
 
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         """The memory each of ``vids`` belongs to (a vid with no memory left is absent)."""
-        found: dict[int, Entry] = {}
         # Most memories have one vector, found by its first id at once.
-        for start in range(0, len(vids), 500):
-            chunk = [int(v) for v in vids[start : start + 500]]
-            marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-                f"AND first_vid IN ({marks})",
-                (tenant, user_id, *chunk),
-            ):
-                found[row[1]] = Entry(*row)
+        found = {e.first_vid: e for e in self._entries_in(tenant, user_id, "first_vid", vids)}
         for vid in vids:
             if int(vid) in found:
                 continue
