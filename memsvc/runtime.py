@@ -7,6 +7,7 @@ arguments, so nothing below the API layer knows about Flask.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -117,13 +118,51 @@ class Runtime:
 
     def storage_failed(self, problem: str) -> None:
         self.storage_failure = (time.monotonic(), problem)
+        # The other workers' /health must know too: a probe that writes
+        # nothing durable can pass on a full disk. The limiter's private
+        # folder is shared by the workers of this database (on tmpfs where
+        # there is one); PostgreSQL's servers each find out for themselves.
+        path = self._trouble_file()
+        if path is None:
+            return
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(f"{time.monotonic()}\n{problem}")
+        except OSError:
+            pass  # this process still knows
 
     def storage_trouble(self, within: float = 30.0) -> str | None:
-        """What failed in storage in the last ``within`` seconds of this process, if anything."""
-        failure = self.storage_failure
-        if failure is None or time.monotonic() - failure[0] > within:
+        """What failed in storage in the last ``within`` seconds, in any worker, if anything."""
+        failures = [self.storage_failure] if self.storage_failure else []
+        path = self._trouble_file()
+        if path is not None:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+                with os.fdopen(fd, encoding="utf-8") as f:
+                    when, problem = f.read(4096).split("\n", 1)
+                failures.append((float(when), problem))
+            except (OSError, ValueError):
+                pass  # none recorded, or not readable: this process's own knowledge
+        if not failures:
             return None
-        return failure[1]
+        when_, latest = max(failures)
+        return latest if time.monotonic() - when_ <= within else None
+
+    def storage_recovered(self) -> None:
+        """A write went through: storage works again, for every worker's /health."""
+        path = self._trouble_file()
+        if self.storage_failure is None and (path is None or not os.path.exists(path)):
+            return
+        self.storage_failure = None
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def _trouble_file(self) -> str | None:
+        if self.postgres:
+            return None
+        return os.path.join(self.limiter.directory, "storage-trouble")
 
     def store(self) -> Store:
         """A store on this thread's connection (until :meth:`release`)."""

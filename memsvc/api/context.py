@@ -43,6 +43,4 @@ def record_storage_problem(problem: str) -> None:
 
 
 def clear_storage_problem() -> None:
-    rt = runtime()
-    if rt.storage_failure is not None:
-        rt.storage_failure = None
+    runtime().storage_recovered()
