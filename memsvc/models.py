@@ -58,6 +58,8 @@ class ScoredMemory:
     similarity: float
     #: Which searches found it ("keyword", "semantic"), in keyword and hybrid modes.
     matched_by: tuple[str, ...] | None = None
+    #: Its keyword match's BM25 score among the user's memories; None: no match.
+    keyword: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

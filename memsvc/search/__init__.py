@@ -20,8 +20,8 @@ The cached and uncached paths nominate candidates differently and rank them
 with the same arithmetic and the same filter semantics, so they return the
 same answer.
 
-:func:`search` adds the other modes: ``keyword`` (the full-text index,
-ranked by match strength) and ``hybrid`` (semantic and keyword candidates ordered by
+:func:`search` adds the other modes: ``keyword`` (the user's own keyword
+index, ranked by BM25, :mod:`.keyword`) and ``hybrid`` (semantic and keyword candidates ordered by
 cosine raised by the keyword match's strength). In every mode a result's
 similarity is its exact cosine and the threshold a floor on it.
 """
@@ -33,11 +33,13 @@ import json
 
 import numpy as np
 
+from .. import terms
 from ..models import ScoredMemory
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
 from . import cache as cache_module
+from . import keyword as keyword_module
 from .cache import SearchCache
 from .cache import Snapshot
 from .exact import candidates
@@ -46,7 +48,6 @@ from .exact import scan_complete
 from .exact import similarities
 from .filters import Filter
 from .keyword import hybrid_score
-from .keyword import query_words
 
 __all__ = ["MODES", "Scope", "SearchCache", "nearest", "search"]
 
@@ -213,7 +214,10 @@ def search(
     with store.read():  # both halves of a hybrid search see one snapshot
         if mode == "keyword":
             matches = _keyword(store, tenant, user_id, query, text, k, threshold, scope)
-            return [dataclasses.replace(r, matched_by=("keyword",)) for r, _ in matches]
+            return [
+                dataclasses.replace(r, matched_by=("keyword",), keyword=score)
+                for r, score in matches
+            ]
         depth = min(100, max(2 * k, 30))
         semantic = nearest(store, cache, tenant, user_id, query, depth, threshold, scope)
         keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope)
@@ -241,6 +245,7 @@ def search(
                 )
                 if hit
             ),
+            keyword=strength.get(r.memory.id),
         )
         for r in ranked[:k]
     ]
@@ -258,25 +263,31 @@ def _keyword(
 ) -> list[tuple[ScoredMemory, float]]:
     """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
-    With their match strength, strongest first.
+    With their BM25 score, strongest first. Call inside a read transaction.
     """
-    words = query_words(text)
-    if not words:
+    wanted = terms.query_terms(text)
+    state = store.user_state(tenant, user_id) if wanted else None
+    if state is None:
         return []
-    fetch = max(4 * k, 40)
-    while True:
-        hits = store.keyword(tenant, user_id, words, fetch)
-        entries = store.entries_by_seq(tenant, user_id, [seq for seq, _ in hits])
-        ranked = [entries[seq] for seq, _ in hits if seq in entries]
-        admitted = [entry for entry in ranked if scope.admits(entry)]
-        cosine = _cosines(store, tenant, user_id, admitted, query)
-        best = [e.seq for e in admitted if cosine[e.seq] >= threshold][:k]
-        if len(best) >= k or len(hits) < fetch or fetch >= 2000:
-            break
-        fetch *= 4
-    scores = dict(hits)
+    seqs, scores = keyword_module.rank(
+        store.postings(state.user_key, wanted), state.count, state.terms
+    )
+    score_of = dict(zip(seqs.tolist(), scores.tolist(), strict=True))
+    best: list[int] = []
+    cosine: dict[int, float] = {}
+    start, chunk = 0, max(4 * k, 40)
+    # Best first, a growing chunk at a time, until k qualify.
+    while start < len(seqs) and len(best) < k:
+        part = seqs[start : start + chunk].tolist()
+        entries = store.entries_by_seq(tenant, user_id, part)
+        admitted = [entries[seq] for seq in part if seq in entries and scope.admits(entries[seq])]
+        cosine.update(_cosines(store, tenant, user_id, admitted, query))
+        best += [e.seq for e in admitted if cosine[e.seq] >= threshold]
+        start += chunk
+        chunk *= 4
+    best = best[:k]
     rows = store.memories_by_seq(best)
-    return [(ScoredMemory(rows[seq], cosine[seq]), scores[seq]) for seq in best if seq in rows]
+    return [(ScoredMemory(rows[seq], cosine[seq]), score_of[seq]) for seq in best if seq in rows]
 
 
 def _cosines(

@@ -14,8 +14,8 @@ inside the same read transaction as the search itself:
 * ``deletes`` or ``updates`` grew: the user's memories are listed again
   (vector ids, metadata, expiry; no vectors): gone ones are masked out,
   changed metadata and expiry taken over;
-* ``generation`` changed (every vector replaced, or the user erased): the
-  user is reloaded.
+* ``generation`` changed (every vector replaced) or ``user_key`` (the user
+  was erased and is back): the user is reloaded.
 
 So a memory added, changed or deleted through any process is found, changed
 or gone in the very next search everywhere. Memory use is bounded by
@@ -187,7 +187,11 @@ class SearchCache:
         state: UserState,
         old: Snapshot | None,
     ) -> Snapshot | None:
-        if old is None or old.state.generation != state.generation:
+        if (
+            old is None
+            or old.state.user_key != state.user_key
+            or old.state.generation != state.generation
+        ):
             return load(store, tenant, user_id, state, self.row_bytes, self.max_bytes)
         snap = old
         if state.deletes != old.state.deletes or state.updates != old.state.updates:
@@ -280,6 +284,8 @@ def _empty_entries(capacity: int) -> dict[str, t.Any]:
 
 def _behind(state: UserState, cached: UserState) -> bool:
     """Whether ``state`` is older than ``cached`` (the counters only ever grow)."""
+    if state.user_key != cached.user_key:  # user keys are never reused, only grow
+        return state.user_key < cached.user_key
     return (
         state.max_vid < cached.max_vid
         or state.deletes < cached.deletes

@@ -2,8 +2,8 @@
 
 A memory is written in one transaction: its record (``memories``), one
 vector per window of its text (ids ``first_vid .. first_vid + windows - 1``,
-never reused), its keyword index entry, and its user's change counters
-(:class:`UserState`), which search caches compare. Earlier versions of a
+never reused), its keyword index rows (:mod:`.postings`), and its user's
+change counters (:class:`UserState`), which search caches compare. Earlier versions of a
 memory are kept as its history; deleting a memory deletes all of it.
 
 Services see only these methods, taking and returning plain values
@@ -64,7 +64,11 @@ class UserState:
     ``count`` memories; ``max_vid`` the highest vector id ever given to them
     (new memories, new text); ``deletes`` grows when vectors go (a delete, an
     update of the text); ``updates`` when metadata or expiry alone change;
-    ``generation`` when every vector was replaced or the user erased.
+    ``generation`` when every vector was replaced (re-embedding).
+
+    A user exists while they have memories: ``user_key`` is their number,
+    never given to anyone else, so a user erased and back again is a new
+    user. ``terms`` is the total length of their texts in terms.
     """
 
     count: int
@@ -72,6 +76,8 @@ class UserState:
     deletes: int
     updates: int
     generation: int
+    user_key: int
+    terms: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,7 +188,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def delete_user(self, tenant: str, user_id: str) -> int:
-        """Delete every memory of one end user of one tenant; returns how many."""
+        """Delete every memory of one end user of one tenant, and the user; returns how many."""
 
     @abc.abstractmethod
     def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
@@ -306,13 +312,12 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    def keyword(
-        self, tenant: str, user_id: str, words: t.Sequence[str], limit: int
-    ) -> list[tuple[int, float]]:
-        """``(seq, strength)`` of the user's memories matching any of ``words``.
+    def postings(self, user_key: int, terms: t.Sequence[int]) -> list[tuple[int, int, int, int]]:
+        """``(term, seq, tf, dl)`` of the user's memories holding any of ``terms``.
 
-        Strongest match first; strength is positive, larger for more of the
-        words and rarer ones (bm25 on SQLite, ts_rank_cd on PostgreSQL).
+        ``user_key`` is :attr:`UserState.user_key`, read in the same
+        transaction; terms are :mod:`memsvc.terms` hashes. ``tf``: the term's
+        count in the memory, ``dl``: the memory's length in terms.
         """
 
     # -- API keys --------------------------------------------------------------

@@ -12,9 +12,10 @@ import json
 import typing as t
 
 from ..models import dedupe_key
+from . import postings
 from . import vec0
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class StoreMismatch(Exception):
@@ -33,8 +34,8 @@ def _dedupe_keys(conn: t.Any) -> None:
     )
 
 
-def fts_scope(tenant: str, user_id: str) -> str:
-    """The token that confines a keyword search to one user of one tenant."""
+def _fts_scope(tenant: str, user_id: str) -> str:
+    """Schema 4's keyword index: the token that confined a search to one user."""
     digest = hashlib.sha256(f"{tenant}\x00{user_id}".encode("utf-8", "surrogatepass"))
     return "s" + digest.hexdigest()[:24]
 
@@ -43,8 +44,24 @@ def _index_existing_text(conn: t.Any) -> None:
     rows = conn.execute("SELECT seq, tenant, user_id, content FROM memories").fetchall()
     conn.executemany(
         "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
-        [(seq, fts_scope(tenant, user), content) for seq, tenant, user, content in rows],
+        [(seq, _fts_scope(tenant, user), content) for seq, tenant, user, content in rows],
     )
+
+
+def _build_postings(conn: t.Any) -> None:
+    """Schema 5: every memory's terms into ``memory_terms``, a user at a time."""
+    users = conn.execute("SELECT user_key, tenant, user_id FROM memory_users").fetchall()
+    for user_key, tenant, user_id in users:
+        rows = conn.execute(
+            "SELECT seq, content FROM memories WHERE tenant = ? AND user_id = ?",
+            (tenant, user_id),
+        ).fetchall()
+        found = postings.of([(user_key, seq, content) for seq, content in rows])
+        conn.executemany(postings.INSERT.replace("%s", "?"), found.rows)
+        conn.execute(
+            "UPDATE memory_users SET terms = ? WHERE user_key = ?",
+            (found.totals.get(user_key, 0), user_key),
+        )
 
 
 def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
@@ -211,5 +228,48 @@ _MIGRATIONS: dict[int, list[Step]] = {
         )""",
         "INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)",
         _index_existing_text,
+    ],
+    5: [
+        # End users get a number of their own (never reused, so a user erased
+        # and back again is a new user to every cache) and the total length
+        # of their texts; a user's row goes when their last memory does.
+        """CREATE TABLE memory_users_new (
+            user_key INTEGER PRIMARY KEY AUTOINCREMENT,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            max_vid INTEGER NOT NULL,
+            deletes INTEGER NOT NULL,
+            updates INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            terms INTEGER NOT NULL DEFAULT 0,
+            last_write INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (tenant, user_id)
+        )""",
+        """INSERT INTO memsvc_meta (key, value)
+        SELECT 'erasures', coalesce(sum(deletes) + sum(generation), 0) FROM memory_users""",
+        """INSERT INTO memory_users_new (tenant, user_id, count, max_vid, deletes, updates,
+            generation, last_write)
+        SELECT u.tenant, u.user_id, u.count, u.max_vid, u.deletes, u.updates, u.generation,
+            (SELECT coalesce(max(updated_at), 0) FROM memories AS m
+             WHERE m.tenant = u.tenant AND m.user_id = u.user_id)
+        FROM memory_users AS u WHERE u.count > 0 ORDER BY u.tenant, u.user_id""",
+        "DROP TABLE memory_users",
+        "ALTER TABLE memory_users_new RENAME TO memory_users",
+        # The keyword index, per user: each term's memories, with the term's
+        # count in the memory and the memory's length in terms (BM25), terms
+        # as hashes (memsvc.terms). A search reads only its user's rows, and
+        # ranks by their statistics alone.
+        """CREATE TABLE memory_terms (
+            user_key INTEGER NOT NULL,
+            term INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            tf INTEGER NOT NULL,
+            dl INTEGER NOT NULL,
+            PRIMARY KEY (user_key, term, seq)
+        ) WITHOUT ROWID""",
+        _build_postings,
+        # With secure_delete on, the old index's pages are zeroed as they are freed.
+        "DROP TABLE memory_fts",
     ],
 }

@@ -2,7 +2,7 @@
 
 Vectors are in ``memory_vectors``, a sqlite-vec ``vec0`` table partitioned by
 tenant and user, so a search reads only that user's vectors; the keyword
-index is ``memory_fts``, a contentless FTS5 table with secure-delete. One
+index is ``memory_terms`` (:mod:`.postings`), per user. One
 writer at a time (``BEGIN IMMEDIATE``), readers in parallel (WAL). The
 schema lives in :mod:`.schema`, what memsvc knows of vec0's storage in
 :mod:`.vec0`, backups in :mod:`.backup`, connections in :mod:`.db`.
@@ -23,6 +23,7 @@ from ..models import Memory
 from ..models import Version
 from ..models import compact_json
 from ..models import dedupe_key
+from . import postings
 from . import schema
 from . import vec0
 from .base import ENTRY_COLUMNS as _ENTRY_COLUMNS
@@ -33,16 +34,14 @@ from .base import Store
 from .base import UserState
 from .base import key_of as _key
 from .base import memory_of as _memory
-from .schema import fts_scope
 
 # A memory is visible until it expires.
 _VISIBLE = "(expires_at IS NULL OR expires_at > ?)"
 
 _savepoints = itertools.count()
 
-# Erasing more than 1/_OPTIMIZE_RATIO of the indexed memories at once: merge
-# the keyword index rather than secure-delete each word (see _unindex_many).
-_OPTIMIZE_RATIO = 150
+_INSERT_POSTING = postings.INSERT.replace("%s", "?")
+_DELETE_POSTING = postings.DELETE.replace("%s", "?")
 
 
 class SqliteStore(Store):
@@ -170,10 +169,12 @@ class SqliteStore(Store):
 
     def erasures(self) -> int:
         """A number that grows whenever a memory is deleted or replaced, in any process."""
-        (total,) = self.conn.execute(
-            "SELECT coalesce(sum(deletes) + sum(generation), 0) FROM memory_users"
-        ).fetchone()
-        return int(total)
+        return int(schema.get_meta(self.conn, "erasures") or 0)
+
+    def _erased(self) -> None:
+        self.conn.execute(
+            "UPDATE memsvc_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'erasures'"
+        )
 
     def ping(self) -> None:
         """Read from the database; raises if it cannot be read."""
@@ -244,23 +245,51 @@ class SqliteStore(Store):
                 for w, row in enumerate(vectors[i])
             ],
         )
-        self.conn.executemany(
-            "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
-            [
-                (seq, fts_scope(m.tenant, m.user_id), m.content)
-                for seq, m in zip(seqs, memories, strict=False)
-            ],
-        )
         users: dict[tuple[str, str], list[int]] = {}
-        for m, first, w in zip(memories, first_vids, windows, strict=True):
-            users.setdefault((m.tenant, m.user_id), []).append(first + w - 1)
-        self.conn.executemany(
-            "INSERT INTO memory_users (tenant, user_id, count, max_vid, deletes, updates, "
-            "generation) VALUES (?, ?, ?, ?, 0, 0, 0) ON CONFLICT (tenant, user_id) DO UPDATE "
-            "SET count = count + excluded.count, max_vid = max(max_vid, excluded.max_vid)",
-            [(tenant, user, len(v), max(v)) for (tenant, user), v in users.items()],
+        for i, m in enumerate(memories):
+            users.setdefault((m.tenant, m.user_id), []).append(i)
+        user_keys = {}
+        for (tenant, user), members in users.items():
+            (user_keys[tenant, user],) = self.conn.execute(
+                "INSERT INTO memory_users (tenant, user_id, count, max_vid, deletes, updates, "
+                "generation, last_write) VALUES (?, ?, ?, ?, 0, 0, 0, ?) "
+                "ON CONFLICT (tenant, user_id) DO UPDATE SET count = count + excluded.count, "
+                "max_vid = max(max_vid, excluded.max_vid), "
+                "last_write = max(last_write, excluded.last_write) RETURNING user_key",
+                (
+                    tenant, user, len(members),
+                    max(first_vids[i] + windows[i] - 1 for i in members),
+                    max(memories[i].updated_at for i in members),
+                ),
+            ).fetchone()  # fmt: skip
+        self._index(
+            (user_keys[m.tenant, m.user_id], seq, m.content)
+            for seq, m in zip(seqs, memories, strict=True)
         )
         return list(seqs)
+
+    def _index(self, memories: t.Iterable[tuple[int, int, str]]) -> None:
+        """Add ``(user_key, seq, content)`` to the keyword index."""
+        found = postings.of(memories)
+        self.conn.executemany(_INSERT_POSTING, found.rows)
+        self.conn.executemany(
+            "UPDATE memory_users SET terms = terms + ? WHERE user_key = ?",
+            [(total, key) for key, total in found.totals.items()],
+        )
+
+    def _unindex(self, user_key: int, seq: int, content: str) -> None:
+        """Remove one memory from the keyword index (secure_delete zeroes its rows' bytes)."""
+        keys, length = postings.keys_of(user_key, seq, content)
+        self.conn.executemany(_DELETE_POSTING, keys)
+        self.conn.execute(
+            "UPDATE memory_users SET terms = terms - ? WHERE user_key = ?", (length, user_key)
+        )
+
+    def _user_key(self, tenant: str, user_id: str) -> int:
+        (key,) = self.conn.execute(
+            "SELECT user_key FROM memory_users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
+        ).fetchone()
+        return int(key)
 
     def insert_versions(self, seq: int, versions: t.Sequence[Version]) -> None:
         """Earlier versions of the memory ``seq`` (an import carries them over)."""
@@ -295,10 +324,14 @@ class SqliteStore(Store):
             ),
         )  # fmt: skip
         key = (updated.tenant, updated.user_id)
+        user_key = self._user_key(*key)
+        self.conn.execute(
+            "UPDATE memory_users SET last_write = max(last_write, ?) WHERE user_key = ?",
+            (updated.updated_at, user_key),
+        )
         if vectors is None:
             self.conn.execute(
-                "UPDATE memory_users SET updates = updates + 1 WHERE tenant = ? AND user_id = ?",
-                key,
+                "UPDATE memory_users SET updates = updates + 1 WHERE user_key = ?", (user_key,)
             )
             return
         first_vid, windows = self.conn.execute(
@@ -314,46 +347,14 @@ class SqliteStore(Store):
             "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?",
             (new_first, len(vectors), seq),
         )
-        self._unindex([(seq, fts_scope(*key), previous.content)])
-        self.conn.execute(
-            "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
-            (seq, fts_scope(*key), updated.content),
-        )
+        self._unindex(user_key, seq, previous.content)
+        self._index([(user_key, seq, updated.content)])
         self.conn.execute(
             "UPDATE memory_users SET deletes = deletes + 1, max_vid = max(max_vid, ?) "
-            "WHERE tenant = ? AND user_id = ?",
-            (new_first + len(vectors) - 1, *key),
+            "WHERE user_key = ?",
+            (new_first + len(vectors) - 1, user_key),
         )
-
-    def _unindex(self, rows: t.Iterable[tuple[int, str, str]]) -> None:
-        """Remove ``(seq, scope, content)`` from the keyword index, every trace of them."""
-        self.conn.executemany(
-            "INSERT INTO memory_fts (memory_fts, rowid, scope, content) VALUES ('delete', ?, ?, ?)",
-            rows,
-        )
-
-    def _unindex_many(self, rows: list[tuple[int, str, str]]) -> None:
-        """Remove many rows from the keyword index, the cheaper of two ways.
-
-        FTS5's secure-delete removes each (row, word) from its doclist on its
-        own, at ~20 µs each: ~6 s for 10,000 memories of 30 words. Deleting
-        them as plain FTS5 deletes and then merging the whole index into one
-        segment ('optimize') drops every deleted entry too, at a cost that
-        grows with the size of the whole index instead (~0.08 µs a word;
-        0.65 s for a 300,000-memory index). Measured on this service's
-        index; the ratio below leaves a margin on the side of secure-delete.
-        Either way, every trace is gone when the transaction commits.
-        """
-        (indexed,) = self.conn.execute(
-            "SELECT coalesce(sum(count), 0) FROM memory_users"
-        ).fetchone()
-        if indexed > _OPTIMIZE_RATIO * len(rows):
-            self._unindex(rows)
-            return
-        self.conn.execute("INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 0)")
-        self._unindex(rows)
-        self.conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('optimize')")
-        self.conn.execute("INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)")
+        self._erased()
 
     def _delete_vectors(self, first_vid: int, windows: int) -> None:
         self.conn.executemany(
@@ -372,35 +373,41 @@ class SqliteStore(Store):
             return False
         seq, user_id, first_vid, windows, content = row
         self._delete_vectors(first_vid, windows)
-        self._unindex([(seq, fts_scope(tenant, user_id), content)])
+        user_key = self._user_key(tenant, user_id)
+        self._unindex(user_key, seq, content)
         self.conn.execute(
-            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 "
-            "WHERE tenant = ? AND user_id = ?",
-            (tenant, user_id),
+            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 WHERE user_key = ?",
+            (user_key,),
         )
+        # A user with no memories left is forgotten, id and all (vec0 keeps
+        # a partition's emptied chunks, which hold the ids, unless told).
+        gone = self.conn.execute(
+            "DELETE FROM memory_users WHERE user_key = ? AND count = 0 RETURNING user_key",
+            (user_key,),
+        ).fetchone()
+        if gone is not None:
+            vec0.erase_partition(self.conn, tenant, user_id)
+        self._erased()
         return True
 
     def delete_user(self, tenant: str, user_id: str) -> int:
         """Delete every memory of one end user of one tenant; returns how many."""
         rows = self.conn.execute(
             "DELETE FROM memories WHERE tenant = ? AND user_id = ? "
-            "RETURNING seq, first_vid, windows, content",
+            "RETURNING seq, first_vid, windows",
             (tenant, user_id),
         ).fetchall()
         if not rows:
             return 0
         erased = vec0.erase_partition(self.conn, tenant, user_id)
-        expected = sum(w for _, _, w, _ in rows)
+        expected = sum(w for _, _, w in rows)
         if erased != expected:  # the vectors and the records disagree: touch nothing
             raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
-        scope = fts_scope(tenant, user_id)
-        self._unindex_many([(seq, scope, content) for seq, _, _, content in rows])
-        # The row stays, counters only grow: a cache must see the change.
-        self.conn.execute(
-            "UPDATE memory_users SET count = 0, deletes = deletes + 1, "
-            "generation = generation + 1 WHERE tenant = ? AND user_id = ?",
-            (tenant, user_id),
-        )
+        user_key = self._user_key(tenant, user_id)
+        self.conn.execute("DELETE FROM memory_terms WHERE user_key = ?", (user_key,))
+        # The user's row goes too: back again, they are a new user (a new key).
+        self.conn.execute("DELETE FROM memory_users WHERE user_key = ?", (user_key,))
+        self._erased()
         return len(rows)
 
     def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
@@ -546,8 +553,8 @@ class SqliteStore(Store):
     def user_state(self, tenant: str, user_id: str) -> UserState | None:
         """The user's change counters (see :class:`UserState`)."""
         row = self.conn.execute(
-            "SELECT count, max_vid, deletes, updates, generation FROM memory_users "
-            "WHERE tenant = ? AND user_id = ?",
+            "SELECT count, max_vid, deletes, updates, generation, user_key, terms "
+            "FROM memory_users WHERE tenant = ? AND user_id = ?",
             (tenant, user_id),
         ).fetchone()
         return UserState(*row) if row else None
@@ -644,21 +651,15 @@ class SqliteStore(Store):
         out[: len(vids)] = found
         return out
 
-    def keyword(
-        self, tenant: str, user_id: str, words: t.Sequence[str], limit: int
-    ) -> list[tuple[int, float]]:
-        # Each word quoted, so punctuation, AND, NEAR, * or quotes in the
-        # text never act as query syntax; OR-joined, and bm25 (lower is
-        # stronger) ranks memories matching more, and rarer, words first.
-        if not words:
+    def postings(self, user_key: int, terms: t.Sequence[int]) -> list[tuple[int, int, int, int]]:
+        """``(term, seq, tf, dl)`` of the user's memories holding any of ``terms``."""
+        if not terms:
             return []
-        quoted = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-        rows = self.conn.execute(
-            "SELECT rowid, bm25(memory_fts, 0.0, 1.0) AS score FROM memory_fts "
-            "WHERE memory_fts MATCH ? ORDER BY score LIMIT ?",
-            (f"scope:{fts_scope(tenant, user_id)} AND (content : ({quoted}))", limit),
+        marks = ",".join("?" * len(terms))
+        return self.conn.execute(
+            f"SELECT term, seq, tf, dl FROM memory_terms WHERE user_key = ? AND term IN ({marks})",
+            (user_key, *terms),
         ).fetchall()
-        return [(seq, -score) for seq, score in rows]
 
     # -- API keys -----------------------------------------------------------
 
@@ -805,6 +806,7 @@ class SqliteStore(Store):
             "WHERE memories.tenant = memory_users.tenant "
             "AND memories.user_id = memory_users.user_id)"
         )
+        self._erased()  # the old vectors' bytes go at the next checkpoint
 
 
 def _blob(vector: np.ndarray) -> bytes:

@@ -1,5 +1,6 @@
-"""Erasure really erases: after delete or deleteAll the text is in no answer, no cache
-and no byte of the database file or its WAL."""
+"""Erasure really erases: after delete or deleteAll the text, and the end user's id once
+their last memory goes, are in no answer, no cache and no byte of the database file or
+its WAL."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
 
-# Lower case: the keyword index stores words folded to lower case.
 MARKER = "zqxerasemarker7734"
 META_MARKER = "metamarker5521vq"
 LIVE_MARKER = "livemarker9081kw"  # in the text at the time of the erasure
+# User ids are often e-mail addresses: erasing the user erases the id.
+VICTIM = "jane.doe+erasure7f3@example.org"
 
 
 def on_disk(db_path: str) -> bytes:
@@ -72,7 +74,7 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
             client,
             "memory.add",
             {
-                "userId": "victim",
+                "userId": VICTIM,
                 "content": f"My locker code is {MARKER} do not share",
                 "metadata": {"note": META_MARKER},
             },
@@ -86,41 +88,38 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
         {"id": m["id"], "content": f"nothing to see {LIVE_MARKER}"},
         headers=auth,
     )
-    query(client, "memory.search", {"userId": "victim", "query": "locker"}, headers=auth)
+    query(client, "memory.search", {"userId": VICTIM, "query": "locker"}, headers=auth)
     checkpoint(app)
     before = on_disk(db_path)
-    markers = [x.encode() for x in (MARKER, META_MARKER, LIVE_MARKER)]
+    markers = [x.encode() for x in (MARKER, META_MARKER, LIVE_MARKER, VICTIM)]
     assert all(x in before for x in markers)  # the test can fail
 
     if how == "delete":
         data(mutate(client, "memory.delete", {"id": m["id"]}, headers=auth))
     else:
-        done = data(mutate(client, "memory.deleteAll", {"userId": "victim"}, headers=auth))
+        done = data(mutate(client, "memory.deleteAll", {"userId": VICTIM}, headers=auth))
         assert done == {"success": True, "deleted": 1}
     checkpoint(app)
-    with app.app_context():  # the keyword index is whole after either way
-        runtime().store().conn.execute(
-            "INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')"
-        )
+    with app.app_context():  # the file is whole after either way
+        conn = runtime().store().conn
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
     after = on_disk(db_path)
     assert [x for x in markers if x in after] == []
     for proc, body in (("memory.getById", {"id": m["id"]}), ("memory.history", {"id": m["id"]})):
         assert_error(query(client, proc, body, headers=auth), 404, "NOT_FOUND", proc)
-    for mode_query in ("locker", MARKER, LIVE_MARKER):
-        found = data(
-            query(
-                client,
-                "memory.search",
-                {"userId": "victim", "query": mode_query, "threshold": 0},
-                headers=auth,
+    for mode in ("semantic", "keyword", "hybrid"):
+        for mode_query in ("locker", MARKER, LIVE_MARKER):
+            found = data(
+                query(
+                    client,
+                    "memory.search",
+                    {"userId": VICTIM, "query": mode_query, "threshold": 0, "mode": mode},
+                    headers=auth,
+                )
             )
-        )
-        assert found == []
+            assert found == []
     with app.app_context():
-        cache = runtime().search_cache
-        assert ("tenant-A", "victim") not in cache._entries
-        assert (
-            runtime().store().keyword("tenant-A", "victim", [MARKER.lower(), LIVE_MARKER], 10) == []
-        )
+        assert ("tenant-A", VICTIM) not in runtime().search_cache._entries
+        assert runtime().store().user_state("tenant-A", VICTIM) is None
     assert data(query(client, "memory.getById", {"id": keep["id"]}, headers=auth)) == keep

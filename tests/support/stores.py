@@ -46,3 +46,38 @@ def raw_vector(store: Store, tenant: str, user_id: str, vid: int) -> np.ndarray:
 def sql(store: Store, query: str) -> str:
     """``query`` written with ``?`` placeholders, in the store's own placeholder style."""
     return query if isinstance(store, SqliteStore) else query.replace("?", "%s")
+
+
+def tables_holding(store: Store, text: str) -> list[str]:
+    """The tables (shadow tables included) with a row holding ``text``, in any column."""
+    conn = t.cast(t.Any, store).conn
+    found = []
+    if isinstance(store, SqliteStore):
+        names = [
+            name
+            for (name,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE "
+                "'CREATE VIRTUAL TABLE%'"
+            )
+        ]
+        needle = text.encode("utf-8")
+        for name in names:
+            for row in conn.execute(f'SELECT * FROM "{name}"'):
+                cells = [c.encode() if isinstance(c, str) else c for c in row]
+                if any(isinstance(c, bytes) and needle in c for c in cells):
+                    found.append(name)
+                    break
+        return found
+    names = [
+        name
+        for (name,) in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        )
+    ]
+    for name in names:
+        (hit,) = conn.execute(
+            f'SELECT EXISTS (SELECT 1 FROM "{name}" AS r WHERE strpos(r::text, %s) > 0)', (text,)
+        ).fetchone()
+        if hit:
+            found.append(name)
+    return found

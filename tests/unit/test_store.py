@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import pathlib
 import uuid
@@ -7,14 +8,18 @@ import pytest
 
 from memsvc import clock
 from memsvc import search
+from memsvc import terms
 from memsvc.models import ApiKey
 from memsvc.models import Memory
 from memsvc.models import Version
+from memsvc.services import memories
 from memsvc.store import SCHEMA_VERSION
 from memsvc.store import SqliteStore
 from memsvc.store import Store
 from memsvc.store import StoreMismatch
 from memsvc.store import connect
+from tests.support.stores import sql
+from tests.support.stores import tables_holding
 
 
 def memory(tenant="t1", user="u1", content="text", created_at=1000, metadata=None):
@@ -72,6 +77,73 @@ def test_migrate_creates_schema_in_wal_mode_and_records_the_embedder(store, stor
         "SELECT value FROM memsvc_meta WHERE key = 'schema_version'"
     ).fetchone()[0]
     assert int(version) == SCHEMA_VERSION
+
+
+def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, store_kind):
+    """Schema 5: users get keys and their texts' lengths, the index is rebuilt from the
+    text, users left with no memories are forgotten."""
+    from memsvc.store import schema as sqlite_schema
+    from memsvc.store.postgres import schema as pg_schema
+
+    store = blank_store
+    module = sqlite_schema if store_kind == "sqlite" else pg_schema
+    saved = module.SCHEMA_VERSION
+    module.SCHEMA_VERSION = 4
+    try:
+        store.migrate("test:hash-16", 16)
+    finally:
+        module.SCHEMA_VERSION = saved
+    rows = [("u1", "Swimming in the lake before work"), ("u1", "Order 10482 came late")]
+    rows += [("u2", "Another user's order 10482 swim")]
+    with store.write():
+        for vid, (user, content) in enumerate(rows, start=1):
+            store.conn.execute(
+                sql(
+                    store,
+                    "INSERT INTO memories (id, tenant, user_id, content, metadata, created_at, "
+                    "updated_at, first_vid, windows) VALUES (?, 't1', ?, ?, '{}', ?, ?, ?, 1)",
+                ),
+                (str(uuid.uuid4()), user, content, 1000 + vid, 1000 + vid, vid),
+            )
+            vector = "[" + ",".join(str(x) for x in rand(seed=vid)) + "]"
+            if store_kind == "sqlite":
+                store.conn.execute(
+                    "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) "
+                    "VALUES (?, 't1', ?, vec_f32(?))",
+                    (vid, user, vector),
+                )
+                store.conn.execute(
+                    "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, 'x', ?)",
+                    (vid, content),
+                )
+            else:
+                store.conn.execute(
+                    "INSERT INTO memory_vectors (tenant, user_id, vid, embedding) "
+                    "VALUES ('t1', %s, %s, %s::vector)",
+                    (user, vid, vector),
+                )
+        for user, n, max_vid in (("u1", 2, 2), ("u2", 1, 3), ("erased", 0, 9)):
+            store.conn.execute(
+                sql(
+                    store,
+                    "INSERT INTO memory_users (tenant, user_id, count, max_vid, deletes, "
+                    "updates, generation) VALUES ('t1', ?, ?, ?, 1, 0, 0)",
+                ),
+                (user, n, max_vid),
+            )
+    store.migrate("test:hash-16", 16)
+
+    assert tables_holding(store, "erased") == []
+    with store.read():
+        u1, u2 = store.user_state("t1", "u1"), store.user_state("t1", "u2")
+        assert u1 is not None and u2 is not None and u1.user_key != u2.user_key
+        assert (u1.count, u1.terms, u2.terms) == (2, 10, 6)
+        found = search.search(
+            store, None, "t1", "u1", rand(seed=1), "swims", 10, 0.0,
+            search.Scope(clock.now_ms()), mode="keyword",
+        )  # fmt: skip
+    assert [r.memory.content for r in found] == [rows[0][1]]
+    assert store.erasures() >= 0
 
 
 def test_migrate_twice_changes_nothing(store):
@@ -236,29 +308,98 @@ def test_failed_write_leaves_no_transaction_open(store):
     assert count(store, "memories") == 0
 
 
-def test_a_rolled_back_erasure_leaves_the_keyword_index_secure_deleting(store, db_path):
-    """deleteAll of a large share turns FTS5's secure-delete off while it merges the index;
-    if the transaction fails, the setting and its effect come back with the rollback."""
+def test_a_rolled_back_erasure_leaves_the_user_and_the_keyword_index_whole(store):
+    """deleteAll removes the user's row and index rows; a failed request puts all of it back."""
     memories = [memory(content=f"note {i} about gardening") for i in range(40)]
-    memories[0] = memory(content="my pin is zzpinmarker one")
     for i, m in enumerate(memories):
         add(store, m, rand(seed=i))
+    with store.read():
+        state = store.user_state("t1", "u1")
+        assert state is not None and state.count == 40
+        before = sorted(store.postings(state.user_key, terms.query_terms("gardening")))
+    assert len(before) == 40
     with pytest.raises(RuntimeError), store.write():
-        assert store.delete_user("t1", "u1") == 40  # the whole database: the merge
+        assert store.delete_user("t1", "u1") == 40
+        assert store.user_state("t1", "u1") is None
         raise RuntimeError("the request failed after the erasure")
-    assert count(store, "memories") == 40
-    settings = dict(store.conn.execute("SELECT k, v FROM memory_fts_config").fetchall())
-    assert settings["secure-delete"] == 1
+    with store.read():
+        assert store.user_state("t1", "u1") == state
+        assert sorted(store.postings(state.user_key, terms.query_terms("gardening"))) == before
     with store.write():
-        assert store.delete_memory("t1", memories[0].id)
-    store.checkpoint()
-    on_disk = b"".join(
-        pathlib.Path(path).read_bytes()
-        for path in (db_path, db_path + "-wal")
-        if os.path.exists(path)
-    )
-    assert b"zzpinmarker" not in on_disk
-    assert store.keyword("t1", "u1", ["gardening"], 100)  # the rest still found
+        store.delete_user("t1", "u1")
+    assert count(store, "memory_terms") == 0
+    assert count(store, "memory_users") == 0
+
+
+@pytest.mark.parametrize("how", ["delete", "deleteAll", "expiry"])
+def test_a_user_whose_last_memory_goes_leaves_no_row_naming_them(store, how):
+    """User ids are often e-mail addresses: erasing a user's last memory erases the id."""
+    victim = "jane.doe+erasure@example.org"
+    expires = 1 if how == "expiry" else None
+    mine = [
+        dataclasses.replace(memory(user=victim, content=f"fact {i}"), expires_at=expires)
+        for i in range(3)
+    ]
+    for i, m in enumerate([*mine, memory(content="someone else's")]):
+        add(store, m, rand(seed=i))
+    assert "memory_users" in tables_holding(store, victim)  # the check can fail
+    if how == "delete":
+        for m in mine:
+            with store.write():
+                assert store.delete_memory("t1", m.id)
+    elif how == "deleteAll":
+        with store.write():
+            assert store.delete_user("t1", victim) == 3
+    else:
+        assert memories.purge_expired(store) == 3
+    assert tables_holding(store, victim) == []
+    with store.read():
+        assert store.user_state("t1", victim) is None
+        assert store.user_state("t1", "u1") is not None
+    # Back again, they are a new user: no counter of the old one carries over.
+    add(store, memory(user=victim, content="a new start"), rand(seed=9))
+    with store.read():
+        state = store.user_state("t1", victim)
+        assert state is not None and state.count == 1 and state.deletes == 0
+
+
+# The statement docs/operations.md gives operators for erasure on PostgreSQL.
+VACUUM_FULL = "VACUUM FULL memories, memory_history, memory_vectors, memory_terms, memory_users"
+
+
+@pytest.mark.stores("postgres")
+def test_postgresql_rewritten_as_the_docs_say_holds_no_byte_of_an_erased_user(store):
+    victim, marker = "jane.doe+erasure@example.org", "zqxerasemarker7734"
+    for i in range(3):
+        add(store, memory(user=victim, content=f"my code is {marker} {i}"), rand(seed=i))
+    for i in range(50):
+        add(store, memory(content=f"someone else's fact {i}"), rand(seed=100 + i))
+    with store.write():
+        assert store.delete_user("t1", victim) == 3
+
+    def files() -> bytes:
+        store.conn.execute("CHECKPOINT")
+        (data_dir,) = store.conn.execute("SHOW data_directory").fetchone()
+        paths = store.conn.execute(
+            "SELECT pg_relation_filepath(c.oid) FROM pg_class AS c "
+            "WHERE c.relnamespace IN (current_schema()::regnamespace, 'pg_toast'::regnamespace) "
+            "AND pg_relation_filepath(c.oid) IS NOT NULL"
+        ).fetchall()
+        return b"".join(
+            pathlib.Path(data_dir, path).read_bytes()
+            for (path,) in paths
+            if pathlib.Path(data_dir, path).exists()
+        )
+
+    assert victim.encode() in files()  # deleted rows stay until vacuum: the check can fail
+    store.conn.autocommit = True
+    try:
+        store.conn.execute(VACUUM_FULL)
+    finally:
+        store.conn.autocommit = False
+    left = files()
+    assert victim.encode() not in left and marker.encode() not in left
+    assert b"someone else" in left
 
 
 def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):

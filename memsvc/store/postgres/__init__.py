@@ -14,8 +14,8 @@ SQLite, and why:
   lock): no global counter for every writer to queue on.
 * **Reads see one snapshot**: ``REPEATABLE READ, READ ONLY`` transactions,
   as SQLite's read transactions do.
-* **The keyword index** is a ``tsvector`` computed from the text (English
-  stemming); matches rank by the rarity of the words they hold.
+* **The keyword index** is the same as SQLite's (:mod:`..postings`), so
+  keyword search ranks alike on both.
 
 Connections and pgvector's wire format are in :mod:`.connection`, the
 schema in :mod:`.schema`, the per-key limits in :mod:`.limits`.
@@ -37,6 +37,7 @@ from ...models import Memory
 from ...models import Version
 from ...models import compact_json
 from ...models import dedupe_key
+from .. import postings
 from .. import schema as shared_schema
 from ..base import ENTRY_COLUMNS
 from ..base import KEY_COLUMNS
@@ -203,41 +204,76 @@ class PgStore(Store):
         # planner knows nothing of how rows spread over users, and its plan
         # for loading vectors by id read all of a large user's vectors to
         # find one: 2.2 ms a call instead of 0.02 ms, export 342/s.
-        for table in ("memories", "memory_vectors", "memory_history", "memory_users"):
+        for table in (
+            "memories", "memory_vectors", "memory_history", "memory_users", "memory_terms",
+        ):  # fmt: skip
             self.conn.execute(f"ANALYZE {table}")
 
     def erasures(self) -> int:
-        (total,) = self._one("SELECT coalesce(sum(deletes) + sum(generation), 0) FROM memory_users")
+        (total,) = self._one("SELECT last_value FROM memsvc_erasures")
         return int(total)
+
+    def _erased(self) -> None:
+        # A sequence: counting never makes writers of different users wait.
+        self._one("SELECT nextval('memsvc_erasures')")
 
     # -- memories: writes ----------------------------------------------------------
 
     def _reserve_vids(
-        self, wanted: dict[tuple[str, str], tuple[int, int]]
-    ) -> dict[tuple[str, str], int]:
-        """Per user, the first of their new vector ids, in one statement.
+        self, wanted: dict[tuple[str, str], tuple[int, int, int]]
+    ) -> dict[tuple[str, str], tuple[int, int]]:
+        """Per user, the first of their new vector ids and their user key, in one statement.
 
-        ``wanted`` maps each user to (vector ids wanted, memories added); the
-        users' counters are updated accordingly.
+        ``wanted`` maps each user to (vector ids wanted, memories added, time
+        of the write); the users' counters are updated accordingly.
         """
         users = sorted(wanted)
         rows = self._rows(
             "INSERT INTO memory_users AS u (tenant, user_id, count, max_vid, deletes, updates, "
-            "generation) SELECT tenant, user_id, added, vids, 0, 0, 0 FROM "
-            "unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) "
-            "AS w (tenant, user_id, vids, added) ON CONFLICT (tenant, user_id) DO UPDATE "
-            "SET count = u.count + excluded.count, max_vid = u.max_vid + excluded.max_vid "
-            "RETURNING tenant, user_id, max_vid",
+            "generation, last_write) SELECT tenant, user_id, added, vids, 0, 0, 0, at FROM "
+            "unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+            "AS w (tenant, user_id, vids, added, at) ON CONFLICT (tenant, user_id) DO UPDATE "
+            "SET count = u.count + excluded.count, max_vid = u.max_vid + excluded.max_vid, "
+            "last_write = greatest(u.last_write, excluded.last_write) "
+            "RETURNING tenant, user_id, max_vid, user_key",
             (
                 [tenant for tenant, _ in users],
                 [user for _, user in users],
                 [wanted[u][0] for u in users],
                 [wanted[u][1] for u in users],
+                [wanted[u][2] for u in users],
             ),
         )
         return {
-            (tenant, user): int(last) - wanted[(tenant, user)][0] + 1 for tenant, user, last in rows
+            (tenant, user): (int(last) - wanted[(tenant, user)][0] + 1, int(key))
+            for tenant, user, last, key in rows
         }
+
+    def _index(self, memories: t.Iterable[tuple[int, int, str]]) -> None:
+        """Add ``(user_key, seq, content)`` to the keyword index."""
+        found = postings.of(memories)
+        with self.conn.cursor() as cur:
+            cur.executemany(postings.INSERT, found.rows)
+            cur.executemany(
+                "UPDATE memory_users SET terms = terms + %s WHERE user_key = %s",
+                [(total, key) for key, total in found.totals.items()],
+            )
+
+    def _unindex(self, user_key: int, seq: int, content: str) -> None:
+        """Remove one memory from the keyword index."""
+        keys, length = postings.keys_of(user_key, seq, content)
+        with self.conn.cursor() as cur:
+            cur.executemany(postings.DELETE, keys)
+        self.conn.execute(
+            "UPDATE memory_users SET terms = terms - %s WHERE user_key = %s", (length, user_key)
+        )
+
+    def _user_key(self, tenant: str, user_id: str) -> int:
+        (key,) = self._one(
+            "SELECT user_key FROM memory_users WHERE tenant = %s AND user_id = %s",
+            (tenant, user_id),
+        )
+        return int(key)
 
     def insert_memories(
         self, memories: t.Sequence[Memory], vectors: t.Sequence[np.ndarray] | np.ndarray
@@ -255,13 +291,17 @@ class PgStore(Store):
         self._lock_users(users)
         firsts = self._reserve_vids(
             {
-                user: (sum(windows[i] for i in members), len(members))
+                user: (
+                    sum(windows[i] for i in members),
+                    len(members),
+                    max(memories[i].updated_at for i in members),
+                )
                 for user, members in users.items()
             }
         )
         first_vids = [0] * len(memories)
         for user, members in users.items():
-            vid = firsts[user]
+            vid = firsts[user][0]
             for i in members:
                 first_vids[i] = vid
                 vid += windows[i]
@@ -296,6 +336,10 @@ class PgStore(Store):
                     for w, row in enumerate(vectors[i])
                 ],
             )
+        self._index(
+            (firsts[m.tenant, m.user_id][1], seq, m.content)
+            for seq, m in zip(seqs, memories, strict=True)
+        )
         return seqs
 
     def insert_versions(self, seq: int, versions: t.Sequence[Version]) -> None:
@@ -328,10 +372,14 @@ class PgStore(Store):
                 dedupe_key(updated.content, updated.metadata), seq,
             ),
         )  # fmt: skip
+        user_key = self._user_key(tenant, user_id)
+        self.conn.execute(
+            "UPDATE memory_users SET last_write = greatest(last_write, %s) WHERE user_key = %s",
+            (updated.updated_at, user_key),
+        )
         if vectors is None:
             self.conn.execute(
-                "UPDATE memory_users SET updates = updates + 1 WHERE tenant = %s AND user_id = %s",
-                (tenant, user_id),
+                "UPDATE memory_users SET updates = updates + 1 WHERE user_key = %s", (user_key,)
             )
             return
         first_vid, windows = self._one(
@@ -358,27 +406,34 @@ class PgStore(Store):
             "UPDATE memories SET first_vid = %s, windows = %s WHERE seq = %s",
             (new_first, len(vectors), seq),
         )
+        self._unindex(user_key, seq, previous.content)
+        self._index([(user_key, seq, updated.content)])
+        self._erased()
 
     def delete_memory(self, tenant: str, memory_id: str) -> bool:
         self._lock_owner(tenant, memory_id)
         row = self._one(
             "DELETE FROM memories WHERE id = %s AND tenant = %s "
-            "RETURNING user_id, first_vid, windows",
+            "RETURNING seq, user_id, first_vid, windows, content",
             (memory_id, tenant),
         )
         if row is None:
             return False
-        user_id, first_vid, windows = row
+        seq, user_id, first_vid, windows, content = row
         self.conn.execute(
             "DELETE FROM memory_vectors WHERE tenant = %s AND user_id = %s "
             "AND vid BETWEEN %s AND %s",
             (tenant, user_id, first_vid, first_vid + windows - 1),
         )
+        user_key = self._user_key(tenant, user_id)
+        self._unindex(user_key, seq, content)
         self.conn.execute(
-            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 "
-            "WHERE tenant = %s AND user_id = %s",
-            (tenant, user_id),
+            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 WHERE user_key = %s",
+            (user_key,),
         )
+        # A user with no memories left is forgotten, id and all.
+        self.conn.execute("DELETE FROM memory_users WHERE user_key = %s AND count = 0", (user_key,))
+        self._erased()
         return True
 
     def delete_user(self, tenant: str, user_id: str) -> int:
@@ -395,11 +450,11 @@ class PgStore(Store):
         expected = sum(w for (w,) in rows)
         if erased != expected:  # the vectors and the records disagree: touch nothing
             raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
-        self.conn.execute(
-            "UPDATE memory_users SET count = 0, deletes = deletes + 1, "
-            "generation = generation + 1 WHERE tenant = %s AND user_id = %s",
-            (tenant, user_id),
-        )
+        user_key = self._user_key(tenant, user_id)
+        self.conn.execute("DELETE FROM memory_terms WHERE user_key = %s", (user_key,))
+        # The user's row goes too: back again, they are a new user (a new key).
+        self.conn.execute("DELETE FROM memory_users WHERE user_key = %s", (user_key,))
+        self._erased()
         return len(rows)
 
     def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
@@ -577,8 +632,8 @@ class PgStore(Store):
 
     def user_state(self, tenant: str, user_id: str) -> UserState | None:
         row = self._one(
-            "SELECT count, max_vid, deletes, updates, generation FROM memory_users "
-            "WHERE tenant = %s AND user_id = %s",
+            "SELECT count, max_vid, deletes, updates, generation, user_key, terms "
+            "FROM memory_users WHERE tenant = %s AND user_id = %s",
             (tenant, user_id),
         )
         return UserState(*(int(v) for v in row)) if row else None
@@ -679,33 +734,13 @@ class PgStore(Store):
             raise RuntimeError(f"vectors of {tenant}/{user_id}: found {filled} of {n}")
         return out
 
-    def keyword(
-        self, tenant: str, user_id: str, words: t.Sequence[str], limit: int
-    ) -> list[tuple[int, float]]:
-        # Ranked like bm25 without its term-frequency and length terms: a
-        # memory scores the sum of the inverse document frequencies (among
-        # the user's memories) of the query words it holds, so rare words,
-        # codes and names count most. ts_rank_cd knows nothing of rarity
-        # and ranked exact terms worse (make eval). The words are letters
-        # and digits only (memsvc.search.keyword): no tsquery syntax.
-        if not words:
+    def postings(self, user_key: int, terms: t.Sequence[int]) -> list[tuple[int, int, int, int]]:
+        if not terms:
             return []
-        config = schema.TEXT_SEARCH
-        rows = self._rows(
-            "WITH terms AS ("
-            f"  SELECT to_tsquery('{config}', word) AS q FROM unnest(%s::text[]) AS word"
-            "), mine AS ("
-            "  SELECT seq, fts FROM memories WHERE tenant = %s AND user_id = %s"
-            "), counted AS ("
-            "  SELECT terms.q, count(mine.seq) AS df FROM terms "
-            "  JOIN mine ON mine.fts @@ terms.q GROUP BY terms.q"
-            "), total AS (SELECT count(*) AS n FROM mine) "
-            "SELECT mine.seq, sum(ln(1 + (total.n - counted.df + 0.5) / (counted.df + 0.5))) "
-            "AS strength FROM mine JOIN counted ON mine.fts @@ counted.q CROSS JOIN total "
-            "GROUP BY mine.seq ORDER BY strength DESC, mine.seq DESC LIMIT %s",
-            (list(words), tenant, user_id, limit),
+        return self._rows(
+            "SELECT term, seq, tf, dl FROM memory_terms WHERE user_key = %s AND term = ANY(%s)",
+            (user_key, list(terms)),
         )
-        return [(int(seq), float(strength)) for seq, strength in rows]
 
     # -- API keys --------------------------------------------------------------
 
@@ -844,6 +879,7 @@ class PgStore(Store):
         schema.set_meta(self.conn, "embedder", embedder_id)
         schema.set_meta(self.conn, "dimensions", str(dimensions))
         self.conn.execute("DROP TABLE reembed_staging")
+        self._erased()
 
 
 def _f32(vector: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import typing as t
 
+from .. import postings
 from ..schema import SCHEMA_VERSION
 from ..schema import StoreMismatch
 from .limits import SCHEMA as LIMITS_SCHEMA
@@ -37,7 +38,27 @@ VECTOR_TABLE = [
     )""",
 ]
 
-_MIGRATIONS: dict[int, list[str]] = {
+Step = str | t.Callable[[t.Any], None]
+
+
+def _build_postings(conn: t.Any) -> None:
+    """Schema 5: every memory's terms into ``memory_terms``, a user at a time."""
+    users = conn.execute("SELECT user_key, tenant, user_id FROM memory_users").fetchall()
+    for user_key, tenant, user_id in users:
+        rows = conn.execute(
+            "SELECT seq, content FROM memories WHERE tenant = %s AND user_id = %s",
+            (tenant, user_id),
+        ).fetchall()
+        found = postings.of([(user_key, seq, content) for seq, content in rows])
+        with conn.cursor() as cur:
+            cur.executemany(postings.INSERT, found.rows)
+        conn.execute(
+            "UPDATE memory_users SET terms = %s WHERE user_key = %s",
+            (found.totals.get(user_key, 0), user_key),
+        )
+
+
+_MIGRATIONS: dict[int, list[Step]] = {
     4: [
         "CREATE EXTENSION IF NOT EXISTS vector",
         """CREATE TABLE api_keys (
@@ -98,6 +119,30 @@ _MIGRATIONS: dict[int, list[str]] = {
         )""",
         *LIMITS_SCHEMA,
     ],
+    5: [
+        # As SQLite's schema 5: users numbered for good, erased with their
+        # last memory; the keyword index per user (memsvc.store.postings),
+        # replacing the tsvector, so both stores rank keyword matches alike.
+        "DELETE FROM memory_users WHERE count = 0",
+        "ALTER TABLE memory_users ADD COLUMN user_key bigint GENERATED ALWAYS AS IDENTITY",
+        "ALTER TABLE memory_users ADD CONSTRAINT memory_users_key UNIQUE (user_key)",
+        "ALTER TABLE memory_users ADD COLUMN terms bigint NOT NULL DEFAULT 0",
+        "ALTER TABLE memory_users ADD COLUMN last_write bigint NOT NULL DEFAULT 0",
+        """UPDATE memory_users AS u SET last_write = coalesce((SELECT max(updated_at)
+            FROM memories AS m WHERE m.tenant = u.tenant AND m.user_id = u.user_id), 0)""",
+        # Grows with every erasure: maintenance runs when it moved.
+        "CREATE SEQUENCE memsvc_erasures",
+        """CREATE TABLE memory_terms (
+            user_key bigint NOT NULL,
+            term bigint NOT NULL,
+            seq bigint NOT NULL,
+            tf integer NOT NULL,
+            dl integer NOT NULL,
+            PRIMARY KEY (user_key, term, seq)
+        )""",
+        _build_postings,
+        "ALTER TABLE memories DROP COLUMN fts",
+    ],
 }
 
 
@@ -134,7 +179,10 @@ def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
     recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
     for step in range(version + 1, SCHEMA_VERSION + 1):
         for statement in _MIGRATIONS[step]:
-            conn.execute(render(statement, recorded_dims))
+            if callable(statement):
+                statement(conn)
+            else:
+                conn.execute(render(statement, recorded_dims))
         set_meta(conn, "schema_version", str(step))
 
 

@@ -1,0 +1,46 @@
+"""The keyword index's rows, the same on every store.
+
+``memory_terms`` holds one row per (user, term, memory): how often the term
+occurs in the memory (``tf``) and the memory's length in terms (``dl``);
+``memory_users.terms`` the total length of the user's memories. That is all
+BM25 needs, from the user's own memories alone. Terms are hashes
+(:mod:`memsvc.terms`); a memory's rows are found again from its text when it
+changes or goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from .. import terms
+
+#: Placeholders in psycopg's style; SQLite's store swaps them for ``?``.
+INSERT = "INSERT INTO memory_terms (user_key, term, seq, tf, dl) VALUES (%s, %s, %s, %s, %s)"
+DELETE = "DELETE FROM memory_terms WHERE user_key = %s AND term = %s AND seq = %s"
+
+
+@dataclasses.dataclass
+class Postings:
+    #: ``(user_key, term, seq, tf, dl)``, in the index's order.
+    rows: list[tuple[int, int, int, int, int]]
+    #: Terms added per user.
+    totals: dict[int, int]
+
+
+def of(memories: t.Iterable[tuple[int, int, str]]) -> Postings:
+    """The index rows of ``(user_key, seq, content)`` memories."""
+    rows: list[tuple[int, int, int, int, int]] = []
+    totals: dict[int, int] = {}
+    for user_key, seq, content in memories:
+        counted, length = terms.counts(content)
+        rows.extend((user_key, term, seq, tf, length) for term, tf in counted.items())
+        totals[user_key] = totals.get(user_key, 0) + length
+    rows.sort()
+    return Postings(rows, totals)
+
+
+def keys_of(user_key: int, seq: int, content: str) -> tuple[list[tuple[int, int, int]], int]:
+    """The primary keys of one memory's rows, for :data:`DELETE`, and its length."""
+    counted, length = terms.counts(content)
+    return [(user_key, term, seq) for term in counted], length

@@ -1,0 +1,98 @@
+"""Keyword search ranks by the calling user's own memories: nothing of anyone else's shows.
+
+The attack these tests replay: with one key, store ``banana ctlq1`` and
+``banana W`` for an end user and search ``W ctlq1``; with statistics over
+every tenant's memories, which comes first (and the scores) moved when
+someone else stored a memory holding ``W``, and varying how often the
+control word occurs read back how many such memories exist.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memsvc import terms
+from memsvc.search import SearchCache
+from memsvc.search import keyword
+from memsvc.services import memories
+from tests.support.helpers import HashEmbedder
+
+EMBEDDER = HashEmbedder(16)
+MINE = ["banana ctlq1", "banana W", "a banana split for two", "ctlq1 ctlq1 quarterly report"]
+
+
+def add(store, tenant, user, content):
+    return memories.add(store, EMBEDDER, tenant, user, content, {})
+
+
+def results(store, cache, mode):
+    """What the caller sees of a search, and the keyword scores behind its order."""
+    found = memories.search(store, EMBEDDER, "tenant-A", "u", "W ctlq1", 10, 0.0, cache, mode=mode)
+    return [(r.memory.id, r.similarity, getattr(r, "keyword", 0), r.matched_by) for r in found]
+
+
+def everything(store, cache):
+    return {mode: results(store, cache, mode) for mode in ("keyword", "hybrid")}
+
+
+@pytest.mark.parametrize("path", ["cached snapshot", "store"])
+def test_other_tenants_and_users_never_change_a_ranking_or_a_score(store, path):
+    cache = SearchCache(64 * 2**20, EMBEDDER.dimensions) if path == "cached snapshot" else None
+    for content in MINE:
+        add(store, "tenant-A", "u", content)
+    baseline = everything(store, cache)
+    assert [r[0] for r in baseline["keyword"]] and all(
+        r[2] is not None and r[2] > 0 for r in baseline["keyword"]
+    )
+
+    others = []
+    # Another tenant, then another end user of the same tenant: one memory
+    # holding W, then three, then many and long; then deletes and an erasure.
+    for tenant, user in (("tenant-B", "u"), ("tenant-A", "u2")):
+        for n in (1, 3, 12):
+            for i in range(n):
+                text = "W " * (1 + i % 5) + f"ctlq1 banana filler words {i}" * (i % 3)
+                others.append((tenant, add(store, tenant, user, text).id))
+            assert everything(store, cache) == baseline, (tenant, user, n)
+    for tenant, memory_id in others[::2]:
+        memories.delete(store, tenant, memory_id)
+    assert everything(store, cache) == baseline
+    memories.delete_all(store, "tenant-B", "u")
+    memories.delete_all(store, "tenant-A", "u2")
+    assert everything(store, cache) == baseline
+
+    # The user's own memories are what counts: the check can fail.
+    add(store, "tenant-A", "u", "W W W and W again")
+    assert everything(store, cache) != baseline
+
+
+def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first():
+    rare, common = terms.term_hash("rare"), terms.term_hash("common")
+    postings = [
+        # (term, seq, tf, dl)
+        (common, 1, 1, 10),
+        (common, 2, 1, 10),
+        (common, 3, 1, 10),
+        (rare, 3, 1, 10),
+        (common, 4, 3, 10),
+        (common, 5, 1, 100),
+    ]
+    seqs, scores = keyword.rank(postings, documents=6, total_terms=150)
+    order = seqs.tolist()
+    assert order[0] == 3  # holds the rare word
+    assert order.index(4) < order.index(2)  # three mentions beat one
+    assert order.index(2) < order.index(5)  # the same mention in a shorter text
+    assert order.index(2) < order.index(1)  # ties: the newest first
+    assert np.all(scores > 0) and np.all(np.diff(scores) <= 0)
+
+
+def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_spaces():
+    assert terms.query_terms("Swimming") == terms.query_terms("swims")
+    assert terms.query_terms("CAFÉ") == terms.query_terms("cafe")
+    assert terms.words("INV-0234 Ｏｒｄｅｒ") == ["inv", "0234", "order"]
+    assert terms.words("北京大学") == ["北京", "京大", "大学"]
+    assert set(terms.query_terms("北京")) <= set(terms.terms("我在北京大学读书"))
+    # Common words only count when nothing else is left.
+    assert terms.query_terms("what is the order") == terms.query_terms("order")
+    assert terms.query_terms("what is")
