@@ -4,7 +4,9 @@ Expired memories are invisible from the moment they expire; every
 ``MAINTENANCE_SECONDS`` each worker deletes those whose time is up (with
 their vectors, history and index rows, as a delete does); if anything was
 deleted since its last round (by anyone), it checkpoints the database so
-the deleted bytes are overwritten in the file and gone from the WAL too;
+the deleted bytes are overwritten in the file and gone from the WAL too
+(without ever making writers wait: if a long read is in the way, the next
+round tries again);
 and it drops from its search cache the users whose memories changed, so
 vectors of erased memories do not stay in memory. Several workers doing it at once is
 harmless: each deletion is a transaction, and a memory deleted by one is
@@ -49,8 +51,8 @@ class Maintenance(threading.Thread):
             if removed:
                 log.info("removed %d expired memories", removed)
             erasures = store.erasures()
-            if erasures != self._erasures:
-                store.checkpoint()
+            # A checkpoint a long read was in the way of is tried next round.
+            if erasures != self._erasures and store.checkpoint():
                 self._erasures = erasures
             if self.runtime.search_cache is not None:
                 self.runtime.search_cache.prune(store)

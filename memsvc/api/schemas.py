@@ -136,6 +136,9 @@ def _check_tree(value: t.Any, max_depth: int) -> None:
         if isinstance(node, str):
             _check_unicode(node)
             continue
+        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > filters.MAX_NUMBER:
+            # Filters compare numbers as doubles: one beyond their range never could be.
+            raise ValidationError("numbers must be within the range of a double (about 1.8e308)")
         if not isinstance(node, (dict, list)):
             continue
         if depth > max_depth:
@@ -192,7 +195,7 @@ class FilterField(fields.Field):
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> Filter:
         try:
-            return filters.parse(value)
+            return filters.parse(value, max_depth=_limit("MAX_METADATA_DEPTH"))
         except filters.InvalidFilter as e:
             raise ValidationError(e.messages) from None
 

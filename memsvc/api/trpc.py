@@ -424,7 +424,10 @@ def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
     data: dict[str, t.Any] = {"code": error.code, "httpStatus": HTTP_STATUS[error.code]}
     if path is not None:
         data["path"] = path
-    return {"error": {"message": error.message, "code": error.code, "data": data}}
+    # A message may quote the input: never text that UTF-8 cannot carry (a
+    # lone surrogate), which would fail the whole answer, a batch's too.
+    message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"error": {"message": message, "code": error.code, "data": data}}
 
 
 def _dump(value: t.Any) -> str:

@@ -114,6 +114,8 @@ def nearest(
         snapshot = cache.current(store, tenant, user_id, state) if cache is not None else None
         if snapshot is not None:
             best = _scan(snapshot, query, k, threshold, scope)
+            if scope.filter and cache is not None:
+                cache.settle(tenant, user_id, snapshot)  # it may have built filter columns
         else:
             best = _knn(store, tenant, user_id, state, query, k, threshold, scope)
         found = store.memories_by_seq([seq for seq, _ in best])

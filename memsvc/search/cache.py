@@ -38,6 +38,7 @@ import numpy as np
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
+from .filters import DEFAULT_BUDGET
 from .filters import Columns
 
 # Masked-out (deleted) rows are compacted away once they are this share.
@@ -76,7 +77,7 @@ class Snapshot:
             self.first_vid, self.windows, self.row_start, self.seqs, self.created,
             self.expires, self.alive, self.matrix, self.scale,
         )  # fmt: skip
-        return sum(a.nbytes for a in arrays) + self.metadata_bytes
+        return sum(a.nbytes for a in arrays) + self.metadata_bytes + self.columns.nbytes
 
     @property
     def single(self) -> bool:
@@ -119,6 +120,8 @@ class SearchCache:
         self._entries: collections.OrderedDict[tuple[str, str], Snapshot] = (
             collections.OrderedDict()
         )
+        # What each snapshot was counted as (its filter columns grow as it is searched).
+        self._sizes: dict[tuple[str, str], int] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         self._loading: dict[tuple[str, str], threading.Lock] = {}
@@ -126,6 +129,11 @@ class SearchCache:
     @property
     def nbytes(self) -> int:
         return self._bytes
+
+    @property
+    def column_budget(self) -> int:
+        """What one user's filter columns may keep: an eighth of the cache."""
+        return self.max_bytes // 8
 
     def current(self, store: Store, tenant: str, user_id: str, state: UserState) -> Snapshot | None:
         """The user's snapshot as of ``state``, refreshed if needed; None: not cached.
@@ -152,6 +160,17 @@ class SearchCache:
             new = self._refresh(store, tenant, user_id, state, snap)
             self._put(key, new)
             return new
+
+    def settle(self, tenant: str, user_id: str, snap: Snapshot) -> None:
+        """Count what a snapshot's filter columns take now, evicting others if over budget."""
+        key = (tenant, user_id)
+        with self._lock:
+            if self._entries.get(key) is not snap:
+                return  # replaced or dropped meanwhile
+            size = snap.nbytes
+            self._bytes += size - self._sizes[key]
+            self._sizes[key] = size
+            self._evict()
 
     def forget(self, tenant: str, user_id: str) -> None:
         """Drop a user's snapshot (erased: nothing of theirs is kept)."""
@@ -192,7 +211,9 @@ class SearchCache:
             or old.state.user_key != state.user_key
             or old.state.generation != state.generation
         ):
-            return load(store, tenant, user_id, state, self.row_bytes, self.max_bytes)
+            return load(
+                store, tenant, user_id, state, self.row_bytes, self.max_bytes, self.column_budget
+            )
         snap = old
         if state.deletes != old.state.deletes or state.updates != old.state.updates:
             snap = _relisted(snap, store.entries(tenant, user_id))
@@ -217,18 +238,22 @@ class SearchCache:
 
     def _put(self, key: tuple[str, str], new: Snapshot | None) -> None:
         with self._lock:
-            current = self._entries.pop(key, None)
-            if current is not None:
-                self._bytes -= current.nbytes
+            if self._entries.pop(key, None) is not None:
+                self._bytes -= self._sizes.pop(key)
             if new is None:
                 self._loading.pop(key, None)
                 return
             self._entries[key] = new
-            self._bytes += new.nbytes
-            while self._bytes > self.max_bytes and len(self._entries) > 1:
-                evicted_key, evicted = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
-                self._loading.pop(evicted_key, None)
+            self._sizes[key] = new.nbytes
+            self._bytes += self._sizes[key]
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently searched users until within budget (hold the lock)."""
+        while self._bytes > self.max_bytes and len(self._entries) > 1:
+            evicted_key, _ = self._entries.popitem(last=False)
+            self._bytes -= self._sizes.pop(evicted_key)
+            self._loading.pop(evicted_key, None)
 
 
 def load(
@@ -238,6 +263,7 @@ def load(
     state: UserState,
     row_bytes: int = 0,
     max_bytes: int | None = None,
+    column_budget: int = DEFAULT_BUDGET,
 ) -> Snapshot | None:
     """A user's snapshot read from the store; None if over ``max_bytes``."""
     entries = store.entries(tenant, user_id)
@@ -259,7 +285,7 @@ def load(
         n=0,
         matrix=matrix,
         scale=np.zeros(len(matrix), dtype=np.float32),
-        columns=Columns([]),
+        columns=Columns([], column_budget),
     )
     return _append(snap, entries, matrix, in_place=True)
 
@@ -367,7 +393,7 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
             metadata[i] = entry.metadata
             changed = True
     # Deletions alone leave every memory's metadata, and so the columns, as they were.
-    columns = Columns(metadata) if changed else snap.columns
+    columns = Columns(metadata, snap.columns.budget) if changed else snap.columns
     return dataclasses.replace(
         snap,
         alive=alive,
@@ -411,7 +437,7 @@ def _compact(snap: Snapshot) -> Snapshot:
         n=len(rows),
         matrix=np.ascontiguousarray(snap.matrix[rows]),
         scale=snap.scale[rows],
-        columns=Columns(metadata),
+        columns=Columns(metadata, snap.columns.budget),
     )
 
 

@@ -9,19 +9,34 @@ One meaning, two evaluations: :meth:`Filter.matches` tests one memory's
 metadata (listing, the uncached search path); :meth:`Filter.mask` tests
 every memory of a cached user at once, from columns built once per user and
 key. A property test holds the two to the same answers.
+
+What one filter may cost is bounded: at most :data:`MAX_CONDITIONS`
+conditions, :data:`MAX_FILTER_BYTES` of JSON, and no deeper than metadata
+may be; a user's columns are counted in the search cache's memory and kept
+within :attr:`Columns.budget`.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import json
 import math
+import sys
+import threading
 import typing as t
 
 import numpy as np
 
 OPERATORS = ("eq", "ne", "in", "nin", "gt", "gte", "lt", "lte", "exists", "contains")
+
+#: A filter holds at most this many conditions (metadata keys).
+MAX_CONDITIONS = 32
+#: ... and at most this many bytes as compact JSON.
+MAX_FILTER_BYTES = 16_384
+#: The largest magnitude a number may have to be compared (a double's).
+MAX_NUMBER = sys.float_info.max
 
 _MISSING = object()
 
@@ -40,6 +55,14 @@ class InvalidFilter(ValueError):
     def __init__(self, message: str, key: str | None = None):
         super().__init__(f"{key}: {message}" if key else message)
         self.messages: str | dict[str, str] = {key: message} if key else message
+
+
+def as_double(value: int | float) -> float:
+    """A JSON number as a double; NaN for an integer too large for one (nothing compares)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
 
 
 def kind(value: t.Any) -> int:
@@ -137,7 +160,7 @@ def _compare(op: str, value: t.Any, operand: t.Any) -> bool:
         if kind(value) != _NUMBER:
             return False
         # As doubles, as the cached columns compare them.
-        left, right = float(value), float(operand)
+        left, right = as_double(value), float(operand)
     if op == "gt":
         return left > right
     if op == "gte":
@@ -180,20 +203,28 @@ class Filter:
     def mask(self, columns: Columns) -> np.ndarray:
         """Which memories of a cached user pass, as a boolean array."""
         out = np.ones(columns.size, dtype=bool)
+        built = columns.columns([c.path for c in self.conditions])
         for condition in self.conditions:
-            out &= columns.column(condition.path).test(condition)
+            out &= built[condition.path].test(condition)
         return out
 
 
-def parse(raw: t.Any) -> Filter:
-    """A filter from its JSON form, or :class:`InvalidFilter` naming what is wrong."""
+def parse(raw: t.Any, *, max_depth: int = 32) -> Filter:
+    """A filter from its JSON form, or :class:`InvalidFilter` naming what is wrong.
+
+    ``max_depth``: how deeply metadata may nest (a key path or an operand
+    deeper than that could never match anything).
+    """
     if not isinstance(raw, dict):
         raise InvalidFilter("must be an object whose keys are metadata keys")
+    _check_bounds(raw, max_depth)
     conditions = []
     for key, spec in raw.items():
         if key == "" or "" in key.split("."):
             raise InvalidFilter("a metadata key must not be empty", key)
         path = tuple(key.split("."))
+        if len(path) > max_depth:
+            raise InvalidFilter(f"a key path must have at most {max_depth} parts", key)
         if not isinstance(spec, dict):
             conditions.append(Condition(path, "eq", identity(spec)))
             continue
@@ -208,6 +239,51 @@ def parse(raw: t.Any) -> Filter:
             raise InvalidFilter(f"unknown operator {op!r}; use one of {', '.join(OPERATORS)}", key)
         conditions.append(Condition(path, op, _operand(f"{key}.{op}", op, operand)))
     return Filter(tuple(conditions))
+
+
+def _check_bounds(raw: dict[str, t.Any], max_depth: int) -> None:
+    """What a filter may cost: conditions, depth, text, numbers and size, checked without recursion.
+
+    Runs before anything else reads the filter, so that no message ever
+    echoes a key that is not text, and no deep value reaches a recursive
+    function.
+    """
+    if len(raw) > MAX_CONDITIONS:
+        raise InvalidFilter(
+            f"must have at most {MAX_CONDITIONS} conditions (this one has {len(raw)})"
+        )
+    # An operand sits under its key and its operator: an operand's outermost
+    # array or object is at depth 2 and may nest as deeply as metadata may.
+    stack: list[tuple[t.Any, int]] = [(raw, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            _check_text(node)
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int):
+            if abs(node) > MAX_NUMBER:
+                raise InvalidFilter("numbers must be within the range of a double (about 1.8e308)")
+        elif isinstance(node, (dict, list)):
+            if depth > max_depth + 1:
+                raise InvalidFilter(f"must not be nested more than {max_depth} levels deep")
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            for key, item in items:
+                if isinstance(key, str):
+                    _check_text(key)
+                stack.append((item, depth + 1))
+    size = len(json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_FILTER_BYTES:
+        raise InvalidFilter(f"must be at most {MAX_FILTER_BYTES} bytes as JSON (it is {size})")
+
+
+def _check_text(value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidFilter(
+            "keys and strings must be valid Unicode text (one has a lone surrogate)"
+        ) from None
 
 
 def _operand(where: str, op: str, operand: t.Any) -> t.Any:
@@ -230,7 +306,7 @@ def _operand(where: str, op: str, operand: t.Any) -> t.Any:
         when = _zoned_time(operand)
         if when is None:
             raise InvalidFilter(
-                f"{operand!r} is not an ISO 8601 timestamp with a time zone "
+                f"{operand[:64]!r} is not an ISO 8601 timestamp with a time zone "
                 "(e.g. 2026-11-23T10:00:00Z); strings compare only as timestamps",
                 where,
             )
@@ -262,6 +338,20 @@ class Column:
         self._code_of = codes
         self._numbers: np.ndarray | None = None
         self._times: np.ndarray | None = None
+        self._value_bytes = _value_bytes(values)
+
+    @property
+    def nbytes(self) -> int:
+        """About what this column keeps in memory."""
+        derived = sum(a.nbytes for a in (self._numbers, self._times) if a is not None)
+        return (
+            8 * len(self.values)  # the list's pointers
+            + self._value_bytes
+            + self.kinds.nbytes
+            + self.codes.nbytes
+            + 150 * len(self._code_of)
+            + derived
+        )
 
     def extended(self, values: list[t.Any]) -> Column:
         """This column with ``values`` after it; this one is left as it is (readers share it)."""
@@ -282,6 +372,7 @@ class Column:
         out.codes = np.concatenate([self.codes, new_codes])
         out._code_of = code_of
         out._numbers = out._times = None
+        out._value_bytes = self._value_bytes + _value_bytes(values)
         return out
 
     def _codes(self, identities: t.Iterable[tuple[int, t.Any]]) -> np.ndarray:
@@ -292,7 +383,7 @@ class Column:
     def numbers(self) -> np.ndarray:
         if self._numbers is None:
             self._numbers = np.array(
-                [float(v) if kind(v) == _NUMBER else np.nan for v in self.values],
+                [as_double(v) if kind(v) == _NUMBER else np.nan for v in self.values],
                 dtype=np.float64,
             )
         return self._numbers
@@ -334,29 +425,74 @@ class Column:
             return left <= right
 
 
-class Columns:
-    """Lazily built :class:`Column` per path over a fixed list of metadata JSON texts."""
+def _value_bytes(values: list[t.Any]) -> int:
+    return sum(sys.getsizeof(v) for v in values if v is not _MISSING)
 
-    def __init__(self, metadata: t.Sequence[str]):
+
+#: What a user's columns may keep when no budget is given.
+DEFAULT_BUDGET = 32 * 2**20
+
+
+class Columns:
+    """:class:`Column` per path over a fixed list of metadata JSON texts, built as needed.
+
+    Columns are kept for later searches, the most recently used first,
+    within ``budget`` bytes (:attr:`nbytes` says what they take; the search
+    cache counts it). The columns a filter needs are built in one pass over
+    the texts, each parsed once.
+    """
+
+    def __init__(self, metadata: t.Sequence[str], budget: int = DEFAULT_BUDGET):
         self.size = len(metadata)
+        self.budget = budget
         self._texts = metadata
-        self._parsed: list[t.Any] | None = None
-        self._columns: dict[tuple[str, ...], Column] = {}
+        self._columns: collections.OrderedDict[tuple[str, ...], Column] = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(c.nbytes for c in self._columns.values())
+
+    def paths(self) -> list[tuple[str, ...]]:
+        with self._lock:
+            return list(self._columns)
 
     def extended(self, metadata: t.Sequence[str]) -> Columns:
         """Columns over these texts and ``metadata`` after them, reusing what is built."""
-        out = Columns([*self._texts, *metadata])
-        if self._parsed is not None:
+        out = Columns([*self._texts, *metadata], self.budget)
+        with self._lock:
+            kept = list(self._columns.items())
+        if kept:
             added = [json.loads(text) for text in metadata]
-            out._parsed = self._parsed + added
-            for path, column in self._columns.items():
+            for path, column in kept:
                 out._columns[path] = column.extended([lookup(m, path) for m in added])
         return out
 
-    def column(self, path: tuple[str, ...]) -> Column:
-        found = self._columns.get(path)
-        if found is None:
-            if self._parsed is None:
-                self._parsed = [json.loads(text) for text in self._texts]
-            found = self._columns[path] = Column([lookup(m, path) for m in self._parsed])
+    def columns(self, paths: t.Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], Column]:
+        """The columns of ``paths``; those not kept are built in one pass over the texts."""
+        found: dict[tuple[str, ...], Column] = {}
+        with self._lock:
+            for path in paths:
+                column = self._columns.get(path)
+                if column is not None:
+                    self._columns.move_to_end(path)
+                    found[path] = column
+        missing = [path for path in dict.fromkeys(paths) if path not in found]
+        if missing:
+            parsed = [json.loads(text) for text in self._texts]
+            built = {path: Column([lookup(m, path) for m in parsed]) for path in missing}
+            found.update(built)
+            self._keep(built)
         return found
+
+    def column(self, path: tuple[str, ...]) -> Column:
+        return self.columns([path])[path]
+
+    def _keep(self, built: dict[tuple[str, ...], Column]) -> None:
+        with self._lock:
+            self._columns.update(built)
+            total = sum(c.nbytes for c in self._columns.values())
+            while self._columns and total > self.budget:
+                _, dropped = self._columns.popitem(last=False)
+                total -= dropped.nbytes

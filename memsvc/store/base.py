@@ -145,8 +145,11 @@ class Store(abc.ABC):
         """Write and roll back, to learn whether the database takes writes at all."""
 
     @abc.abstractmethod
-    def checkpoint(self) -> None:
-        """Make erased bytes unrecoverable from the database's own files, where it can."""
+    def checkpoint(self) -> bool:
+        """Make erased bytes unrecoverable from the database's own files, where it can.
+
+        Never makes writers wait; False when it could not finish now (try later).
+        """
 
     @abc.abstractmethod
     def refresh_statistics(self) -> None:

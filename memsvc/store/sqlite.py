@@ -153,14 +153,29 @@ class SqliteStore(Store):
         finally:
             self.conn.execute("ROLLBACK")
 
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database file and empty it.
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database file and empty it; False if a reader was in the way.
 
         With ``secure_delete`` on, bytes of deleted rows are then gone from
-        both files. Waits for readers (at most the busy timeout); readers in
-        memsvc take milliseconds.
+        both files. Never waits: a checkpoint that empties the WAL must have
+        every reader on the newest snapshot, and while it waits for them no
+        writer may start, so a long read would stall every tenant's writes.
+        It first copies what it can without blocking anyone, then empties
+        the WAL only if nobody is in the way; if someone is, the caller
+        tries again later.
         """
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        (busy_timeout,) = self.conn.execute("PRAGMA busy_timeout").fetchone()
+        self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            (busy, _, _) = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        except Exception as e:
+            if "locked" in str(e).lower() or "busy" in str(e).lower():
+                return False
+            raise
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
+        return busy == 0
 
     def refresh_statistics(self) -> None:
         # memsvc's SQLite queries are planned by their indexes alone; the

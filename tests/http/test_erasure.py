@@ -4,18 +4,18 @@ its WAL."""
 
 from __future__ import annotations
 
-import pathlib
 import uuid
 
 import numpy as np
 import pytest
 
 from memsvc.api.context import runtime
-from memsvc.maintenance import Maintenance
 from memsvc.models import Memory
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
+from tests.support.helpers import maintenance_round
 from tests.support.helpers import mutate
+from tests.support.helpers import on_disk
 from tests.support.helpers import query
 
 MARKER = "zqxerasemarker7734"
@@ -23,21 +23,6 @@ META_MARKER = "metamarker5521vq"
 LIVE_MARKER = "livemarker9081kw"  # in the text at the time of the erasure
 # User ids are often e-mail addresses: erasing the user erases the id.
 VICTIM = "jane.doe+erasure7f3@example.org"
-
-
-def on_disk(db_path: str) -> bytes:
-    out = b""
-    for suffix in ("", "-wal"):
-        path = pathlib.Path(db_path + suffix)
-        if path.exists():
-            out += path.read_bytes()
-    return out
-
-
-def checkpoint(app) -> None:
-    """What each worker's maintenance round does after an erasure."""
-    with app.app_context():
-        Maintenance(runtime(), 60).once()
 
 
 def crowd(app, n: int) -> None:
@@ -89,7 +74,7 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
         headers=auth,
     )
     query(client, "memory.search", {"userId": VICTIM, "query": "locker"}, headers=auth)
-    checkpoint(app)
+    maintenance_round(app)
     before = on_disk(db_path)
     markers = [x.encode() for x in (MARKER, META_MARKER, LIVE_MARKER, VICTIM)]
     assert all(x in before for x in markers)  # the test can fail
@@ -99,7 +84,7 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
     else:
         done = data(mutate(client, "memory.deleteAll", {"userId": VICTIM}, headers=auth))
         assert done == {"success": True, "deleted": 1}
-    checkpoint(app)
+    maintenance_round(app)
     with app.app_context():  # the file is whole after either way
         conn = runtime().store().conn
         assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]

@@ -1283,3 +1283,107 @@ def test_the_bundled_model_embeds_any_text_and_finds_it_first(model_wire, text):
     # Most similar to itself. Texts the model reads as the same tokens (say, only
     # combining marks) tie with it, up to the model's float noise.
     assert found[body["result"]["data"]["id"]] >= max(found.values()) - 1e-6
+
+
+# -- hostile filters ---------------------------------------------------------------------------
+
+
+def _nested(depth: int, leaf: t.Any) -> t.Any:
+    for i in range(depth):
+        leaf = [leaf] if i % 2 else {"k": leaf}
+    return leaf
+
+
+HUGE = int("9" * 401)
+
+HOSTILE_FILTERS = st.one_of(
+    # Numbers a double cannot hold, as operands of every operator.
+    st.builds(
+        lambda op, sign: {"n": {op: sign * HUGE}},
+        st.sampled_from(["gt", "gte", "lt", "lte", "eq", "ne", "contains"]),
+        st.sampled_from([1, -1]),
+    ),
+    st.builds(lambda v: {"n": {"in": [1, v]}}, st.just(HUGE)),
+    # Operands nested past what metadata may be, up to the parser's own limit.
+    st.builds(
+        lambda depth, op: {"n": {op: _nested(depth, 1)}},
+        st.integers(33, 980),
+        st.sampled_from(["eq", "ne", "contains", "in"]),
+    ),
+    # Text that is not Unicode, in keys, operators and operands.
+    st.builds(lambda s: {s: 1}, _with_surrogate()),
+    st.builds(lambda s: {"k": {s: 1}}, _with_surrogate()),
+    st.builds(lambda s: {"k": {"eq": s}}, _with_surrogate()),
+    st.builds(lambda s: {"k": {"gt": s}}, _with_surrogate()),
+    st.builds(lambda s: {"k": {"in": ["a", {s: [s]}]}}, _with_surrogate()),
+    # Too many conditions, or too large.
+    st.builds(lambda n: {f"k{i}": {"exists": False} for i in range(n)}, st.integers(33, 3000)),
+    st.builds(lambda n: {"k": {"in": ["x" * 64] * n}}, st.integers(300, 2000)),
+    st.builds(lambda n: {".".join(["a"] * n): 1}, st.integers(33, 400)),
+)
+
+
+@FUZZ
+@given(flt=HOSTILE_FILTERS, proc=st.sampled_from(["memory.search", "memory.getAll"]))
+def test_hostile_filters_are_400_in_the_envelope_even_in_a_batch(wire, flt, proc):
+    body = {"userId": "u", "query": "anything", "filter": flt}
+    resp = wire.call(proc, body)
+    check_envelope(resp, path=proc)
+    assert resp.status_code == 400, resp.data[:300]
+    message = resp.get_json()["error"]["message"]
+    assert message.startswith("Invalid input: filter")
+    # In a batch, the other call's answer is kept.
+    batch = wire.client.get(
+        f"/trpc/{proc},memory.getAll?batch=1&input="
+        + quote(compact({"0": body, "1": {"userId": "nobody"}}, True)),
+        headers=wire.headers(proc, "tenant-A"),
+    )
+    items = check_envelope(batch, calls=2)
+    assert batch.status_code == 207
+    assert items[1] == {"result": {"data": []}}
+
+
+@pytest.mark.parametrize("value", [HUGE, -HUGE])
+def test_numbers_a_filter_cannot_compare_are_refused_at_add_and_update(wire, value):
+    added = wire.call("memory.add", {"userId": "u", "content": "x", "metadata": {"n": value}})
+    check_envelope(added, path="memory.add")
+    assert added.status_code == 400
+    assert "range of a double" in added.get_json()["error"]["message"]
+    memory = wire.call("memory.add", {"userId": "u", "content": "x", "metadata": {"n": 1}})
+    updated = wire.call(
+        "memory.update", {"id": memory.get_json()["result"]["data"]["id"], "metadata": {"n": value}}
+    )
+    check_envelope(updated, path="memory.update")
+    assert updated.status_code == 400
+
+
+@pytest.mark.parametrize("cache_mb", [256, 0])
+def test_numbers_stored_before_they_were_refused_never_break_a_filter(fuzz_app, cache_mb):
+    """A database may hold such numbers from before: filters pass over them, never 500."""
+    import numpy as np
+
+    from memsvc.api.context import runtime
+    from memsvc.models import Memory
+
+    wire = Wire(fuzz_app(SEARCH_CACHE_MB=cache_mb))
+    with wire.app.app_context():
+        rt = runtime()
+        store = rt.store()
+        vectors = np.eye(2, rt.embedder.dimensions, dtype=np.float32)
+        with store.write():
+            store.insert_memories(
+                [
+                    Memory(str(uuid.uuid4()), "tenant-A", "u", "huge", {"n": HUGE}, 1, 1),
+                    Memory(str(uuid.uuid4()), "tenant-A", "u", "small", {"n": 5}, 2, 2),
+                ],
+                vectors,
+            )
+    for proc in ("memory.getAll", "memory.search"):
+        for op in ("gt", "gte", "lt", "lte"):
+            resp = wire.call(
+                proc, {"userId": "u", "query": "x", "threshold": 0, "filter": {"n": {op: 1}}}
+            )
+            items = check_envelope(resp, path=proc)
+            assert resp.status_code == 200
+            found = {m["content"] for m in items["result"]["data"]}
+            assert found == ({"small"} if op.startswith("gt") else set()), (proc, op)

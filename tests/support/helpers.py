@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 import typing as t
 import uuid
 
@@ -90,3 +91,22 @@ class HashEmbedder:
 
     def warm_up(self) -> None:
         pass
+
+
+def on_disk(db_path: str) -> bytes:
+    """The bytes of a SQLite database file and its write-ahead log."""
+    out = b""
+    for suffix in ("", "-wal"):
+        path = pathlib.Path(db_path + suffix)
+        if path.exists():
+            out += path.read_bytes()
+    return out
+
+
+def maintenance_round(app: t.Any) -> None:
+    """What each worker's maintenance round does (after an erasure: a checkpoint)."""
+    from memsvc.api.context import runtime
+    from memsvc.maintenance import Maintenance
+
+    with app.app_context():
+        Maintenance(runtime(), 60).once()

@@ -194,10 +194,10 @@ class PgStore(Store):
         finally:
             self._rollback()
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         # Deleted rows are gone from every query at once; their bytes stay in
         # PostgreSQL's files until vacuum reuses the space (see docs).
-        return None
+        return True
 
     def refresh_statistics(self) -> None:
         # Until its first ANALYZE (autovacuum's comes within minutes), the

@@ -1,0 +1,157 @@
+"""What one filter may cost: bounded work per call, bounded memory per worker, and no
+read, however long, that makes another tenant's writes wait."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import tracemalloc
+import uuid
+
+import numpy as np
+import pytest
+
+from memsvc import clock
+from memsvc.api.context import runtime
+from memsvc.models import Memory
+from memsvc.search import Scope
+from memsvc.search import SearchCache
+from memsvc.search import filters
+from memsvc.search import nearest
+from memsvc.store import connect
+from tests.support.helpers import assert_error
+from tests.support.helpers import data
+from tests.support.helpers import maintenance_round
+from tests.support.helpers import mutate
+from tests.support.helpers import on_disk
+from tests.support.helpers import query
+
+#: The most expensive filter the API takes: every condition on a key of its own.
+WORST = {f"key{i}": {"exists": False} for i in range(filters.MAX_CONDITIONS - 1)}
+WORST["kind"] = {"eq": "no memory has this"}
+
+
+def fill(app, tenant: str, user: str, n: int) -> None:
+    with app.app_context():
+        rt = runtime()
+        store = rt.store()
+        rng = np.random.default_rng(1)
+        vectors = rng.standard_normal((n, rt.embedder.dimensions)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        memories = [
+            Memory(
+                str(uuid.uuid4()),
+                tenant,
+                user,
+                f"fact number {i}",
+                {"kind": f"k{i % 7}", "n": i, "tags": ["a", str(i % 3)]},
+                i + 1,
+                i + 1,
+            )  # fmt: skip
+            for i in range(n)
+        ]
+        with store.write():
+            store.insert_memories(memories, vectors)
+
+
+def test_the_documented_limits_of_a_filter(client, auth):
+    ok = {f"k{i}": 1 for i in range(filters.MAX_CONDITIONS)}
+    assert data(query(client, "memory.getAll", {"userId": "u", "filter": ok}, headers=auth)) == []
+    for flt, says in (
+        ({**ok, "one more": 1}, f"at most {filters.MAX_CONDITIONS} conditions"),
+        ({"k": {"in": ["x" * 100] * 200}}, f"at most {filters.MAX_FILTER_BYTES} bytes"),
+        ({"k": {"eq": json.loads("[" * 40 + "]" * 40)}}, "nested more than 32 levels"),
+        ({".".join("a" * 40): 1}, "at most 32 parts"),
+    ):
+        error = assert_error(
+            query(client, "memory.getAll", {"userId": "u", "filter": flt}, headers=auth),
+            400,
+            "BAD_REQUEST",
+            "memory.getAll",
+        )
+        assert says in error["message"]
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "store"])
+def test_repeated_large_filters_keep_a_workers_memory_bounded(store, hash_embedder, cached):
+    """Every search naming new keys builds new columns: they are counted and evicted."""
+    n = 2000
+    memories = [
+        Memory(str(uuid.uuid4()), "t", "u", f"m{i}", {"kind": f"k{i % 5}"}, i + 1, i + 1)
+        for i in range(n)
+    ]
+    with store.write():
+        store.insert_memories(memories, hash_embedder.embed([m.content for m in memories]))
+    cache = SearchCache(4 * 2**20, hash_embedder.dimensions) if cached else None
+    query_vector = hash_embedder.embed(["q"])[0]
+
+    def search(round_: int) -> None:
+        flt = {f"r{round_}k{i}": {"exists": False} for i in range(filters.MAX_CONDITIONS)}
+        found = nearest(
+            store, cache, "t", "u", query_vector, 10, -1.0,
+            Scope(clock.now_ms(), filters.parse(flt)),
+        )  # fmt: skip
+        assert len(found) == 10
+
+    for r in range(5):
+        search(r)
+    tracemalloc.start()
+    try:
+        baseline, _ = tracemalloc.get_traced_memory()
+        for r in range(5, 65):
+            search(r)
+            if cache is not None:
+                assert cache.nbytes <= cache.max_bytes
+        grown = tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()
+    # 60 rounds x 32 new keys x 2,000 memories would keep ~50 MB of columns.
+    assert grown < 1.5 * 2**20 if cache is None else grown < cache.column_budget + 2**20
+    if cache is not None:
+        snapshot = cache._entries[("t", "u")]
+        assert 0 < snapshot.columns.nbytes <= cache.column_budget
+        assert cache.nbytes == sum(cache._sizes.values())
+
+
+def test_a_long_read_never_makes_another_tenants_writes_wait(app, client, auth, new_key, db_path):
+    """A checkpoint that would wait for a long read (with every writer queued behind it)
+    gives up and is done by a later maintenance round instead."""
+    other = {"x-api-key": new_key("tenant-B")}
+    fill(app, "tenant-A", "big", 4000)
+    marker = "zqxlongreadmarker"
+    m = data(mutate(client, "memory.add", {"userId": "u", "content": marker}, headers=auth))
+    maintenance_round(app)
+
+    # A read that started before the erasure and is still going.
+    reader = connect(db_path)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM memories").fetchone()
+    stop = threading.Event()
+
+    def worst_filters() -> None:  # and the most expensive listing the API allows, on a loop
+        c = app.test_client()
+        while not stop.is_set():
+            body = {"userId": "big", "filter": WORST, "limit": 1000}
+            assert data(query(c, "memory.getAll", body, headers=auth)) == []
+
+    listing = threading.Thread(target=worst_filters)
+    listing.start()
+    try:
+        data(mutate(client, "memory.delete", {"id": m["id"]}, headers=auth))
+        maintenance = threading.Thread(target=maintenance_round, args=(app,))
+        maintenance.start()
+        time.sleep(0.3)  # the round is under way
+        started = time.monotonic()
+        data(mutate(client, "memory.add", {"userId": "w", "content": "hello"}, headers=other))
+        waited = time.monotonic() - started
+        maintenance.join()
+    finally:
+        stop.set()
+        listing.join()
+        reader.rollback()
+        reader.close()
+    assert waited < 0.5, f"another tenant's add waited {waited:.2f} s"
+    # The read is over: the next round empties the WAL, and the erased text is gone.
+    maintenance_round(app)
+    assert marker.encode() not in on_disk(db_path)
