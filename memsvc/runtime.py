@@ -97,16 +97,19 @@ class Runtime:
                 ) from None
         return self._limiter
 
-    @property
-    def query_embedder(self) -> Embedder:
-        """For search queries: the embedder, remembering recent queries' vectors."""
+    def query_embedder(self, tenant: str) -> Embedder:
+        """For a tenant's search queries: the embedder, remembering their recent queries.
+
+        Each tenant has entries of its own: a query another tenant asked is
+        as slow as a new one.
+        """
         entries = self.settings["QUERY_CACHE_ENTRIES"]
         if not entries:
             return self.embedder
         cache = self._query_cache
         if cache is None or cache.embedder is not self.embedder:
             cache = self._query_cache = CachedEmbedder(self.embedder, entries)
-        return cache
+        return cache.scoped(tenant)
 
     def start_maintenance(self) -> None:
         """Start this process's maintenance thread (see :mod:`memsvc.maintenance`), once."""

@@ -38,7 +38,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.search(
         store(),
-        runtime().query_embedder,
+        runtime().query_embedder(call.caller.tenant),
         call.caller.tenant,
         params["userId"],
         params["query"],

@@ -2,8 +2,10 @@
 
 Agents ask the same questions again and again ("what does the user like to
 eat?"), and embedding the question is most of a search's time. The cache
-keys on the exact text, holds at most ``max_entries`` vectors and evicts the
-least recently used. A hit costs a dictionary look-up and a copy.
+keys on the exact text within a scope (:meth:`CachedEmbedder.scoped`: one
+per tenant, so how fast a search answers never tells one tenant what
+another asked), holds at most ``max_entries`` vectors and evicts the least
+recently used. A hit costs a dictionary look-up and a copy.
 """
 
 from __future__ import annotations
@@ -36,11 +38,21 @@ class CachedEmbedder:
         self.dimensions = embedder.dimensions
         self.hits = 0
         self.misses = 0
-        self._vectors: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
+        self._vectors: collections.OrderedDict[tuple[str, str], np.ndarray] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._vectors)
+
+    @property
+    def batch_invariant(self) -> bool:
+        return bool(getattr(self.embedder, "batch_invariant", True))
+
+    def scoped(self, scope: str) -> Scoped:
+        """This cache as an embedder whose entries only ``scope`` shares (a tenant)."""
+        return Scoped(self, scope)
 
     def windows(self, text: str) -> list[str]:
         cut = getattr(self.embedder, "windows", None)
@@ -50,8 +62,8 @@ class CachedEmbedder:
         """Get the wrapped embedder ready."""
         self.embedder.warm_up()
 
-    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
-        """One unit-length float32 row per text, from the cache where it can."""
+    def embed(self, texts: t.Sequence[str], *, scope: str = "") -> np.ndarray:
+        """One unit-length float32 row per text, from ``scope``'s entries where it can."""
         if self.max_entries == 0:
             return self.embedder.embed(texts)
         # A new array every call: a caller that writes into its result must
@@ -60,11 +72,11 @@ class CachedEmbedder:
         missing: dict[str, list[int]] = {}
         with self._lock:
             for row, text in enumerate(texts):
-                vector = self._vectors.get(text)
+                vector = self._vectors.get((scope, text))
                 if vector is None:
                     missing.setdefault(text, []).append(row)
                 else:
-                    self._vectors.move_to_end(text)
+                    self._vectors.move_to_end((scope, text))
                     out[row] = vector
             self.hits += len(texts) - sum(len(rows) for rows in missing.values())
             self.misses += sum(len(rows) for rows in missing.values())
@@ -77,8 +89,28 @@ class CachedEmbedder:
                 out[missing[text]] = vector
                 kept = np.array(vector, dtype=np.float32)  # a copy, not a view of ``vectors``
                 kept.setflags(write=False)
-                self._vectors[text] = kept
-                self._vectors.move_to_end(text)
+                self._vectors[scope, text] = kept
+                self._vectors.move_to_end((scope, text))
             while len(self._vectors) > self.max_entries:
                 self._vectors.popitem(last=False)
         return out
+
+
+class Scoped:
+    """A :class:`CachedEmbedder` seen by one scope: an embedder like any other."""
+
+    def __init__(self, cache: CachedEmbedder, scope: str):
+        self.cache = cache
+        self.scope = scope
+        self.model_id = cache.model_id
+        self.dimensions = cache.dimensions
+        self.batch_invariant = cache.batch_invariant
+
+    def windows(self, text: str) -> list[str]:
+        return self.cache.windows(text)
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        return self.cache.embed(texts, scope=self.scope)
+
+    def warm_up(self) -> None:
+        self.cache.warm_up()

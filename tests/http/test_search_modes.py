@@ -139,3 +139,41 @@ def test_no_query_text_is_ever_read_as_fts_syntax(client, auth, memories, text):
     if resp.status_code == 400:  # only the text rules of the API (lone surrogates)
         assert "query:" in resp.get_json()["error"]["message"]
     figures.count("keyword queries", unit="hostile keyword queries answered")
+
+
+def test_one_tenants_searches_never_warm_the_query_cache_for_another(app, new_key):
+    """What others searched is not visible by timing: a query another tenant asked costs
+    what a new query costs (the model runs again)."""
+    from memsvc.api.context import runtime
+
+    calls = []
+    model = app.extensions["memsvc"].embedder
+
+    class Counting:
+        model_id, dimensions = model.model_id, model.dimensions
+        batch_invariant = getattr(model, "batch_invariant", True)
+
+        def windows(self, text):
+            return model.windows(text)
+
+        def embed(self, texts):
+            calls.append(list(texts))
+            return model.embed(texts)
+
+        def warm_up(self):
+            pass
+
+    app.extensions["memsvc"].embedder = Counting()
+    client = app.test_client()
+    question = " ".join(f"word{i}" for i in range(120))
+    body = {"userId": "u", "query": question, "threshold": 0}
+    embedded = []  # texts the model embedded, after each search
+    for tenant in ("tenant-A", "tenant-B", "tenant-A", "tenant-B"):
+        headers = {"x-api-key": new_key(tenant)}
+        assert data(query(client, "memory.search", body, headers=headers)) == []
+        embedded.append(sum(len(c) for c in calls))
+    with app.app_context():
+        assert runtime().query_embedder("tenant-A") is not runtime().embedder
+    # The model runs for each tenant's first search, then each hits its own entries.
+    assert embedded[0] > 0 and embedded[1] == 2 * embedded[0]
+    assert embedded[3] == embedded[1]

@@ -139,3 +139,16 @@ def test_threads_sharing_a_cache_get_the_right_vectors(counting, local_embedder)
     assert errors == []
     assert len(cached) <= 6
     assert cached.hits + cached.misses == 4 * 40 * 3
+
+
+def test_scopes_share_nothing(counting):
+    """One tenant's queries never make another's faster: each scope has its own entries."""
+    cached = CachedEmbedder(counting, 8)
+    acme, bravo = cached.scoped("acme"), cached.scoped("bravo")
+    first = acme.embed(["What does the user eat?"])
+    assert np.array_equal(bravo.embed(["What does the user eat?"]), first)
+    assert counting.calls == [["What does the user eat?"]] * 2  # a miss for bravo too
+    acme.embed(["What does the user eat?"])
+    bravo.embed(["What does the user eat?"])
+    assert len(counting.calls) == 2  # and each hits its own from then on
+    assert (acme.model_id, acme.dimensions) == (counting.model_id, counting.dimensions)
