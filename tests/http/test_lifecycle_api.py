@@ -392,6 +392,18 @@ def test_dedupe_returns_the_existing_memory_for_the_same_text_and_metadata(clien
     )
 
 
+def test_dedupe_answers_the_existing_memory_as_it_is_whatever_expiry_was_asked(client, auth):
+    """Expiry is not part of what makes a duplicate: the existing memory stands unchanged."""
+    later = clock.iso(clock.now_ms() + 3_600_000)
+    kept = add(client, auth, "Alice likes jazz", dedupe=True)
+    again = add(client, auth, "Alice likes jazz", dedupe=True, expiresAt=later)
+    assert again == kept and "expiresAt" not in again
+    soon = clock.iso(clock.now_ms() + 60_000)
+    brief = add(client, auth, "Bob likes folk", dedupe=True, expiresAt=soon)
+    assert add(client, auth, "Bob likes folk", dedupe=True, expiresAt=later) == brief
+    assert add(client, auth, "Bob likes folk", dedupe=True)["expiresAt"] == brief["expiresAt"]
+
+
 # -- service.info ---------------------------------------------------------------------------
 
 
