@@ -144,8 +144,6 @@ def test_no_query_text_is_ever_read_as_fts_syntax(client, auth, memories, text):
 def test_one_tenants_searches_never_warm_the_query_cache_for_another(app, new_key):
     """What others searched is not visible by timing: a query another tenant asked costs
     what a new query costs (the model runs again)."""
-    from memsvc.api.context import runtime
-
     calls = []
     model = app.extensions["memsvc"].embedder
 
@@ -172,8 +170,42 @@ def test_one_tenants_searches_never_warm_the_query_cache_for_another(app, new_ke
         headers = {"x-api-key": new_key(tenant)}
         assert data(query(client, "memory.search", body, headers=headers)) == []
         embedded.append(sum(len(c) for c in calls))
-    with app.app_context():
-        assert runtime().query_embedder("tenant-A") is not runtime().embedder
     # The model runs for each tenant's first search, then each hits its own entries.
     assert embedded[0] > 0 and embedded[1] == 2 * embedded[0]
     assert embedded[3] == embedded[1]
+
+
+@pytest.mark.parametrize("cache_mb", [256, 0], ids=["cached", "uncached"])
+def test_keyword_ranking_reads_back_nothing_of_other_tenants_words(configured, cache_mb):
+    """The attack, black box: one key stores 'banana ctlq1' and 'banana W' (and the control
+    word once more, so that W is the rarer of the two), searches 'W ctlq1', and watches the
+    order while others store and delete memories holding W."""
+    client, auth = configured(SEARCH_CACHE_MB=cache_mb)
+    for content in ("banana ctlq1", "banana W", "ctlq1 and more"):
+        mutate(client, "memory.add", {"userId": "u", "content": content}, headers=auth)
+
+    def seen():
+        return {
+            mode: [
+                (m["id"], m["similarity"], m.get("matchedBy"))
+                for m in search(client, auth, "W ctlq1", mode=mode)
+            ]
+            for mode in ("keyword", "hybrid")
+        }
+
+    baseline = seen()
+    assert len(baseline["keyword"]) == 3
+    with client.application.app_context():
+        from memsvc.api.context import store as request_store
+        from memsvc.services import keys
+
+        other = {"x-api-key": keys.create(request_store(), "tenant-B", "b", "memsvc").secret}
+    planted = []
+    for headers, user in ((other, "u"), (auth, "someone-else")):
+        for _ in range(3):
+            m = data(mutate(client, "memory.add", {"userId": user, "content": "W"}, headers=headers))
+            planted.append((headers, m["id"]))
+            assert seen() == baseline
+    for headers, memory_id in planted:
+        mutate(client, "memory.delete", {"id": memory_id}, headers=headers)
+        assert seen() == baseline
