@@ -60,6 +60,8 @@ class ScoredMemory:
     matched_by: tuple[str, ...] | None = None
     #: Its keyword match's BM25 score among the user's memories; None: no match.
     keyword: float | None = None
+    #: What the search's mode ranked it by (the cosine in semantic mode).
+    score: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

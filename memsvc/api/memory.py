@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typing as t
 
+from flask import current_app
+
 from ..services import memories
 from . import middleware
 from . import schemas
@@ -36,20 +38,23 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.query("search", input=schemas.SearchInput(), output=schemas.search_results_out)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.search(
+    found = memories.search(
         store(),
         runtime().query_embedder(call.caller.tenant),
         call.caller.tenant,
         params["userId"],
         params["query"],
         params["limit"],
-        params["threshold"],
+        memories.threshold_for(
+            params["mode"], params["threshold"], current_app.config["SEARCH_DEFAULT_THRESHOLD"]
+        ),
         runtime().search_cache,
         filter=params["filter"],
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
         mode=params["mode"],
     )
+    return schemas.SearchAnswer(found, explain=params["explain"])
 
 
 @router.query("getAll", input=schemas.GetAllInput(), output=schemas.memories_out)

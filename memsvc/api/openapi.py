@@ -141,6 +141,31 @@ def output_components() -> dict[str, Json]:
                     "items": {"type": "string", "enum": ["keyword", "semantic"]},
                     "description": "Which searches found it (keyword and hybrid modes).",
                 },
+                "explain": _object(
+                    {
+                        "cosine": {
+                            "type": "number",
+                            "minimum": 0,
+                            "maximum": 1,
+                            "description": "The cosine similarity (equal to similarity).",
+                        },
+                        "keyword": {
+                            "type": ["number", "null"],
+                            "minimum": 0,
+                            "maximum": 1,
+                            "description": "The keyword match's strength among the user's "
+                            "own memories, normalised into [0, 1]; null when no query word "
+                            "matched (or in semantic mode).",
+                        },
+                        "score": {
+                            "type": "number",
+                            "description": "What the mode ranked by: the cosine (semantic), "
+                            "the keyword strength (keyword), their fusion (hybrid).",
+                        },
+                    },
+                    ["cosine", "keyword", "score"],
+                    description="Why it ranked where it did; only with explain: true.",
+                ),
             },
             (*_MEMORY_REQUIRED, "similarity"),
         ),
@@ -323,6 +348,9 @@ def field_schema(field: fields.Field) -> Json:
                 out[f"min{prefix}"] = out[f"max{prefix}"] = validator.equal
         elif isinstance(validator, validate.OneOf):
             out["enum"] = list(validator.choices)
+    description = field.metadata.get("description")
+    if description:
+        out["description"] = description
     default = field.load_default
     if callable(default):
         default = default()

@@ -8,6 +8,7 @@ the app's config when a value is checked.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import re
@@ -29,6 +30,7 @@ from ..models import ScoredMemory
 from ..models import Version
 from ..search import MODES
 from ..search import filters
+from ..search import keyword
 from ..search.filters import Filter
 from ..text import InvalidText
 from ..text import check_text
@@ -238,7 +240,20 @@ class SearchInput(_Scoped):
         error_messages={**_MESSAGES, "invalid": "must be a string"},
     )
     limit = WholeNumber(load_default=10, validate=_LIMIT_100)
-    threshold = Number(load_default=lambda: _limit("SEARCH_DEFAULT_THRESHOLD"), validate=_FRACTION)
+    threshold = Number(
+        load_default=None,
+        allow_none=False,
+        validate=_FRACTION,
+        metadata={
+            "description": "A floor on each result's cosine similarity, in every mode. "
+            "Omitted: the server's default threshold in semantic and hybrid mode "
+            "(service.info's defaults.threshold), no floor in keyword mode."
+        },
+    )
+    explain = Flag(
+        load_default=False,
+        metadata={"description": "Also answer, per result, why it ranked where it did."},
+    )
 
 
 class GetAllInput(_Scoped):
@@ -309,14 +324,32 @@ def memories_out(memories: t.Iterable[Memory]) -> list[dict[str, t.Any]]:
     return [memory_out(m) for m in memories]
 
 
-def search_results_out(results: t.Iterable[ScoredMemory]) -> list[dict[str, t.Any]]:
+@dataclasses.dataclass(frozen=True)
+class SearchAnswer:
+    """What memory.search found, and whether the caller asked why."""
+
+    results: list[ScoredMemory]
+    explain: bool = False
+
+
+def _number(value: float) -> float | int:
+    # JSON.stringify writes 1, not 1.0; match it for whole numbers.
+    return int(value) if value.is_integer() else value
+
+
+def search_results_out(answer: SearchAnswer) -> list[dict[str, t.Any]]:
     out = []
-    for r in results:
+    for r in answer.results:
         item = memory_out(r.memory)
-        # JSON.stringify writes 1, not 1.0; match it for whole numbers.
-        item["similarity"] = int(r.similarity) if r.similarity.is_integer() else r.similarity
+        item["similarity"] = _number(r.similarity)
         if r.matched_by is not None:
             item["matchedBy"] = list(r.matched_by)
+        if answer.explain:
+            item["explain"] = {
+                "cosine": _number(r.similarity),
+                "keyword": None if r.keyword is None else _number(keyword.normalised(r.keyword)),
+                "score": _number(r.similarity if r.score is None else r.score),
+            }
         out.append(item)
     return out
 

@@ -217,7 +217,12 @@ def search(
         if mode == "keyword":
             matches = _keyword(store, tenant, user_id, query, text, k, threshold, scope)
             return [
-                dataclasses.replace(r, matched_by=("keyword",), keyword=score)
+                dataclasses.replace(
+                    r,
+                    matched_by=("keyword",),
+                    keyword=score,
+                    score=keyword_module.normalised(score),
+                )
                 for r, score in matches
             ]
         depth = min(100, max(2 * k, 30))
@@ -248,6 +253,7 @@ def search(
                 if hit
             ),
             keyword=strength.get(r.memory.id),
+            score=hybrid_score(r.similarity, strength.get(r.memory.id)),
         )
         for r in ranked[:k]
     ]

@@ -50,9 +50,14 @@ def rank(
     return seqs[order], scores[order]
 
 
+def normalised(strength: float) -> float:
+    """A BM25 score in [0, 1): 0.5 at :data:`HALF`, nearer 1 the stronger."""
+    strength = max(0.0, strength)
+    return strength / (strength + HALF)
+
+
 def hybrid_score(cosine: float, strength: float | None) -> float:
     """Cosine, raised by a keyword match's strength (positive; larger is stronger)."""
     if strength is None:
         return cosine
-    strength = max(0.0, strength)
-    return cosine + BOOST * strength / (strength + HALF)
+    return cosine + BOOST * normalised(strength)

@@ -88,6 +88,17 @@ def add(
     return memory
 
 
+def threshold_for(mode: str, given: float | None, default: float) -> float:
+    """The similarity floor of a search: the one given, else ``default``; none for keyword.
+
+    A keyword match is its own criterion: a search for a word a memory holds
+    finds it whatever its cosine, unless the caller sets a floor.
+    """
+    if given is not None:
+        return given
+    return 0.0 if mode == "keyword" else default
+
+
 def search(
     store: Store,
     embedder: Embedder,

@@ -157,18 +157,28 @@ def test_inputs_carry_types_limits_and_defaults(doc):
     assert props["userId"]["type"] == "string" and props["userId"]["maxLength"] == 256
     assert props["query"]["maxLength"] == 65_536 and props["query"]["minLength"] == 1
     assert props["limit"] == {"type": "integer", "minimum": 1, "maximum": 100, "default": 10}
-    assert props["threshold"] == {"type": "number", "minimum": 0, "maximum": 1, "default": 0.7}
+    # Its default depends on the mode (none in keyword mode): described, not declared.
+    assert {k: v for k, v in props["threshold"].items() if k != "description"} == {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+    }
+    assert "no floor in keyword mode" in props["threshold"]["description"]
+    assert props["explain"] == {
+        "type": "boolean",
+        "default": False,
+        "description": "Also answer, per result, why it ranked where it did.",
+    }
     assert props["filter"] == {"anyOf": [{"$ref": "#/components/schemas/Filter"}, {"type": "null"}]}
     assert props["createdAfter"]["format"] == "date-time"
 
 
 def test_limits_and_defaults_are_the_servers_settings(make_app):
-    app = make_app(MAX_USER_ID_CHARS=10, MAX_CONTENT_CHARS=500, SEARCH_DEFAULT_THRESHOLD=0.3)
+    app = make_app(MAX_USER_ID_CHARS=10, MAX_CONTENT_CHARS=500)
     doc = app.test_client().get("/openapi.json").get_json()
     props = component(doc, "SearchInput")["properties"]
     assert props["userId"]["maxLength"] == 10
     assert props["query"]["maxLength"] == 500
-    assert props["threshold"]["default"] == 0.3
 
 
 def test_update_fields_that_clear_with_null_are_nullable(doc):

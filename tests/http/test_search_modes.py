@@ -203,7 +203,8 @@ def test_keyword_ranking_reads_back_nothing_of_other_tenants_words(configured, c
     planted = []
     for headers, user in ((other, "u"), (auth, "someone-else")):
         for _ in range(3):
-            m = data(mutate(client, "memory.add", {"userId": user, "content": "W"}, headers=headers))
+            body = {"userId": user, "content": "W"}
+            m = data(mutate(client, "memory.add", body, headers=headers))
             planted.append((headers, m["id"]))
             assert seen() == baseline
     for headers, memory_id in planted:
