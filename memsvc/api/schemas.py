@@ -3,15 +3,13 @@
 Inputs follow what tRPC's validators do: unknown keys are dropped, wrong
 types are errors (a number is never read from a string), and an error
 names the field and the rule. Size limits are operator settings, read from
-the app's config when a value is checked.
+the app's config when a value is checked and passed to the rules of
+:mod:`memsvc.rules`, which ``memsvc import`` applies too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
-import re
 import typing as t
 
 from flask import current_app
@@ -23,6 +21,7 @@ from marshmallow import validate
 from marshmallow import validates_schema
 
 from .. import clock
+from .. import rules
 from ..models import ApiKey
 from ..models import CreatedKey
 from ..models import Memory
@@ -34,9 +33,6 @@ from ..search import keyword
 from ..search.filters import Filter
 from ..text import InvalidText
 from ..text import check_text
-from ..text import check_unicode
-
-_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 
 _MESSAGES = {
     "required": "is required",
@@ -48,10 +44,14 @@ def _limit(name: str) -> int:
     return current_app.config[name]
 
 
-def _check_unicode(value: str) -> None:
+_T = t.TypeVar("_T")
+
+
+def _apply(rule: t.Callable[..., _T], *args: t.Any, **kwargs: t.Any) -> _T:
+    """A rule of :mod:`memsvc.rules`, its refusal as marshmallow's."""
     try:
-        check_unicode(value)
-    except InvalidText as e:
+        return rule(*args, **kwargs)
+    except rules.Invalid as e:
         raise ValidationError(str(e)) from None
 
 
@@ -80,9 +80,7 @@ class Uuid(fields.String):
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> str:
         text = super()._deserialize(value, attr, data, **kwargs)
-        if not _UUID.fullmatch(text):
-            raise ValidationError("must be a UUID")
-        return text.lower()
+        return _apply(rules.uuid, text)
 
 
 class WholeNumber(fields.Integer):
@@ -120,37 +118,8 @@ class Metadata(fields.Field):
         super().__init__(error_messages={**_MESSAGES}, **kwargs)
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> dict:
-        if not isinstance(value, dict):
-            raise ValidationError("must be a JSON object")
-        _check_tree(value, _limit("MAX_METADATA_DEPTH"))
-        size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
-        limit = _limit("MAX_METADATA_BYTES")
-        if size > limit:
-            raise ValidationError(f"must be at most {limit} bytes as JSON (it is {size})")
-        return value
-
-
-def _check_tree(value: t.Any, max_depth: int) -> None:
-    """Check nesting depth and text in a JSON value without recursing."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            _check_unicode(node)
-            continue
-        if isinstance(node, int) and not isinstance(node, bool) and abs(node) > filters.MAX_NUMBER:
-            # Filters compare numbers as doubles: one beyond their range never could be.
-            raise ValidationError("numbers must be within the range of a double (about 1.8e308)")
-        if not isinstance(node, (dict, list)):
-            continue
-        if depth > max_depth:
-            raise ValidationError(f"must not be nested more than {max_depth} levels deep")
-        if isinstance(node, dict):
-            for key, item in node.items():
-                _check_unicode(key)
-                stack.append((item, depth + 1))
-        else:
-            stack.extend((item, depth + 1) for item in node)
+        depth, size = _limit("MAX_METADATA_DEPTH"), _limit("MAX_METADATA_BYTES")
+        return _apply(rules.metadata, value, depth, size)
 
 
 class Flag(fields.Field):
@@ -170,26 +139,7 @@ class Timestamp(fields.Field):
         self.future = future
 
     def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> int:
-        if not isinstance(value, str):
-            raise ValidationError("must be an ISO 8601 timestamp string")
-        try:
-            parsed = datetime.datetime.fromisoformat(value)
-        except ValueError:
-            raise ValidationError(
-                "must be an ISO 8601 timestamp such as 2026-11-23T10:00:00Z"
-            ) from None
-        if parsed.tzinfo is None:
-            raise ValidationError("must say its time zone (Z or an offset such as +02:00)")
-        try:
-            # Answers show times in UTC as toISOString does, which has no
-            # form for a year past 9999 (or before 1) that ISO 8601 readers take.
-            parsed.astimezone(datetime.UTC)
-        except OverflowError:
-            raise ValidationError("must be within the years 0001 to 9999 in UTC") from None
-        ms = int(parsed.timestamp() * 1000)
-        if self.future and ms <= clock.now_ms():
-            raise ValidationError("must be in the future")
-        return ms
+        return _apply(rules.timestamp, value, future=self.future)
 
 
 class FilterField(fields.Field):

@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import typing as t
 from urllib.parse import unquote_to_bytes
 
@@ -45,6 +44,7 @@ from ..errors import NotFound
 from ..errors import PayloadTooLarge
 from ..errors import ServiceUnavailable
 from ..errors import UnsupportedMediaType
+from ..rules import strict_json
 from ..store import storage_problem
 from .context import clear_storage_problem
 from .context import record_storage_problem
@@ -377,25 +377,12 @@ def _query_input() -> str | None:
     return None
 
 
-def _reject_constant(name: str) -> t.NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    # 1e999 is valid JSON syntax but no double: Python would read it as
-    # infinity, which JSON cannot carry back out.
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:40]} is out of range")
-    return value
-
-
 def parse_json(text: str) -> t.Any:
     """Parse strict JSON (no NaN or Infinity), as a 400 on failure."""
     if not text.strip():
         raise BadRequest("Unexpected end of JSON input")
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return strict_json(text)
     except json.JSONDecodeError as e:
         raise BadRequest(f"Malformed JSON: {e.msg} at position {e.pos}") from None
     except ValueError as e:  # NaN, Infinity, or an integer with too many digits
