@@ -28,6 +28,7 @@ FORBIDDEN = {
     "memsvc/api": {"serving", "cli"},
     "memsvc/limits.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/tokens.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
+    "memsvc/rules.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
 }
 
 
