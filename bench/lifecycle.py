@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from bench.report import recording  # noqa: E402
 from memsvc import clock  # noqa: E402
+from memsvc import settings  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
@@ -194,9 +195,10 @@ def main(postgres: bool = False) -> None:
         export_s = time.perf_counter() - started
         lines = exported.getvalue().splitlines(keepends=True)
         target = open_store(tmp, "imported", postgres)
-        header, count = transfer.check(lines)
+        limits = transfer.Rules.from_settings(settings.DEFAULTS, None)
+        checked = transfer.check(target, lines, limits)
         started = time.perf_counter()
-        result = transfer.import_(target, Fixed(), lines, header=header, total=count)
+        result = transfer.import_(target, Fixed(), lines, checked, limits)
         import_s = time.perf_counter() - started
         size = len(exported.getvalue().encode())
         print()

@@ -352,30 +352,86 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
     click.echo(f"Exported {_plural(n.memories, 'memory', 'memories')}{keys}.", err=True)
 
 
+def _import_scope(
+    header: dict[str, t.Any], tenants: tuple[str, ...], all_tenants: bool
+) -> t.Iterable[str] | None:
+    """The tenants an import may write (None: all of the file's)."""
+    if all_tenants:
+        return None
+    if tenants:
+        return tenants
+    if header.get("tenant") is not None:
+        return [header["tenant"]]
+    raise transfer.InvalidImport(
+        "the file holds every tenant's data (its header's tenant is null): name the "
+        "tenants to import with --tenant, or pass --all-tenants to import every one"
+    )
+
+
 @cli.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--tenant",
+    "tenants",
+    multiple=True,
+    metavar="NAME",
+    help="Import this tenant's memories and keys; repeat it for several. "
+    "Default: the tenant of the file's header (an export of one tenant).",
+)
+@click.option(
+    "--all-tenants",
+    is_flag=True,
+    help="Import every tenant the file holds, trusting the file (a whole database's export).",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
 @pass_context
-def import_command(ctx: Context, path: str, batch_size: int) -> None:
+def import_command(
+    ctx: Context, path: str, tenants: tuple[str, ...], all_tenants: bool, batch_size: int
+) -> None:
     """Import memories (and API keys) from a file `memsvc export` wrote.
 
-    The whole file is checked first: a malformed line is reported with its
-    number and nothing is imported. Memories and keys the database already
-    has are skipped, so running it again after an interruption carries on.
-    Text is embedded again when the file's vectors come from another model.
+    Only the tenants named are written: those given with --tenant (repeat it
+    for several), or else the tenant of the file's header (an export of one
+    tenant). A whole database's export names no tenant and is refused
+    unless --tenant names the tenants to take or --all-tenants says to take
+    every tenant the file holds. A memory or key of any other tenant is
+    refused, and nothing is imported.
+
+    The whole file is checked first, by the rules the API applies (text
+    and metadata limits, ids, timestamps, key names and limits, the
+    per-tenant key cap): a line that breaks one is reported with its number
+    and nothing is imported. Memories and keys the database already has are
+    skipped, so running it again after an interruption carries on. Text is
+    embedded again when the file's vectors come from another model.
     """
+    if tenants and all_tenants:
+        raise click.UsageError("give --tenant or --all-tenants, not both")
+    for name in tenants:
+        try:
+            tokens.check_tenant(name)
+        except InvalidText as e:
+            raise click.BadParameter(str(e), param_hint="--tenant") from None
     rt = ctx.runtime()
-    try:
-        with open(path, encoding="utf-8") as f:
-            header, total = transfer.check(f)
-    except (transfer.InvalidImport, UnicodeDecodeError) as e:
-        raise click.ClickException(f"{path}: {e}; nothing was imported") from None
-    bar = Progress("importing")
+    store = rt.store()
+    # One open file for both readings: the import reads the file the check read.
     with open(path, encoding="utf-8") as f:
-        result = transfer.import_(
-            rt.store(), rt.embedder, f, header=header, total=total, batch_size=batch_size,
-            progress=bar,
-        )  # fmt: skip
+        try:
+            header = transfer.read_header(f.readline())
+            limits = transfer.Rules.from_settings(
+                ctx.settings(), _import_scope(header, tenants, all_tenants)
+            )
+            f.seek(0)
+            checked = transfer.check(store, f, limits)
+        except (transfer.InvalidImport, UnicodeDecodeError) as e:
+            raise click.ClickException(f"{path}: {e}; nothing was imported") from None
+        f.seek(0)
+        bar = Progress("importing")
+        try:
+            result = transfer.import_(
+                store, rt.embedder, f, checked, limits, batch_size=batch_size, progress=bar
+            )
+        except transfer.InvalidImport as e:
+            raise click.ClickException(f"{path}: {e}") from None
     bar.close()
     notes = []
     if result.existing:

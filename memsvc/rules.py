@@ -17,6 +17,7 @@ import typing as t
 
 from . import clock
 from .text import InvalidText
+from .text import check_text
 from .text import check_unicode
 
 #: The largest magnitude a metadata number may have: a double's.
@@ -50,6 +51,24 @@ def strict_json(text: str) -> t.Any:
     :raises RecursionError: nested too deeply to parse.
     """
     return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+
+
+def text(value: t.Any, max_chars: int, *, printable: bool = False) -> str:
+    """A string by :func:`memsvc.text.check_text`."""
+    if not isinstance(value, str):
+        raise Invalid("must be a string")
+    try:
+        check_text(value, max_chars, printable=printable)
+    except InvalidText as e:
+        raise Invalid(str(e)) from None
+    return value
+
+
+def whole_number(value: t.Any, low: int, high: int) -> int:
+    """An integer from ``low`` to ``high``; ``true`` and ``"10"`` are none."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise Invalid(f"must be a whole number from {low} to {high}")
+    return value
 
 
 def uuid(value: str) -> str:

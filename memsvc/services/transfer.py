@@ -17,19 +17,26 @@ memory per line, oldest first::
 
 Times are ISO 8601 with milliseconds, exactly as the API shows them, and
 vectors are the stored bits, so a database imported from an export answers
-``getAll`` and ``search`` exactly as the one exported. Import checks the
-whole file before writing anything, skips memories and keys it already
-has (run it again after an interruption and it carries on), and embeds the
-text again when the file's vectors come from another model. Keys travel as
-the hashes the database keeps, never as secrets: callers keep using theirs
+``getAll`` and ``search`` exactly as the one exported. Keys travel as the
+hashes the database keeps, never as secrets: callers keep using theirs
 after a move. Version 1 files (memories only) still import.
+
+Import trusts no line: it writes only the tenants it is given
+(:class:`~memsvc.services.import_lines.Rules`), and checks every field by
+the API's own rules and the operator's settings, ids in the API's
+lower-case form, and keys against the database's (identifiers and
+secrets taken, the per-tenant cap). The whole file is checked before
+anything is written, by the same reading the import then does. It skips
+memories and keys it already has (run it again after an interruption and
+it carries on), and embeds the text again when the file's vectors come
+from another model.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
-import datetime
 import itertools
 import json
 import typing as t
@@ -37,12 +44,20 @@ import typing as t
 import numpy as np
 
 from .. import clock
+from .. import rules
+from .. import tokens
 from ..embeddings import Embedder
 from ..embeddings.windows import document_vectors
 from ..models import ApiKey
 from ..models import Memory
 from ..models import Version
 from ..store import Store
+from ..text import InvalidText
+from ..text import shown
+from .import_lines import KeyLine
+from .import_lines import MemoryLine
+from .import_lines import Rules
+from .import_lines import read_line
 
 FORMAT = "memsvc-export"
 FORMAT_VERSION = 2
@@ -177,177 +192,113 @@ def _record_line(memory: Memory, versions: list[Version], vectors: np.ndarray) -
 
 
 @dataclasses.dataclass
-class _Record:
-    memory: Memory
-    history: list[Version]
-    vectors: np.ndarray | None
+class Checked:
+    """A file :func:`check` accepted: its header, how many memories, and its keys."""
+
+    header: dict[str, t.Any]
+    memories: int
+    keys: list[KeyLine]
 
 
-def _time(value: t.Any, field: str, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{field} must be an ISO 8601 timestamp")
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{field} must be an ISO 8601 timestamp, not {value[:40]!r}") from None
-    if parsed.tzinfo is None:
-        raise ValueError(f"{field} must say its time zone")
-    return int(parsed.timestamp() * 1000)
-
-
-def _text(value: t.Any, field: str) -> str:
-    if not isinstance(value, str) or not value.strip() or "\x00" in value:
-        raise ValueError(f"{field} must be a non-empty string")
-    return value
-
-
-def _record(raw: dict[str, t.Any], dims: int) -> _Record:
-    memory_id = _text(raw.get("id"), "id")
-    tenant = _text(raw.get("tenant"), "tenant")
-    user_id = _text(raw.get("userId"), "userId")
-    content = _text(raw.get("content"), "content")
-    metadata = raw.get("metadata", {})
-    if not isinstance(metadata, dict):
-        raise ValueError("metadata must be an object")
-    version = raw.get("version", 1)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError("version must be a whole number from 1")
-    created = _time(raw.get("createdAt"), "createdAt")
-    assert created is not None
-    memory = Memory(
-        id=memory_id,
-        tenant=tenant,
-        user_id=user_id,
-        content=content,
-        metadata=metadata,
-        created_at=created,
-        updated_at=_time(raw.get("updatedAt", raw.get("createdAt")), "updatedAt") or created,
-        expires_at=_time(raw.get("expiresAt"), "expiresAt", optional=True),
-        version=version,
-    )
-    history = []
-    for i, v in enumerate(raw.get("history") or []):
-        if not isinstance(v, dict) or not isinstance(v.get("metadata", {}), dict):
-            raise ValueError(f"history[{i}] must be an object with content and metadata")
-        at = _time(v.get("at"), f"history[{i}].at")
-        assert at is not None
-        number = v.get("version")
-        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-            raise ValueError(f"history[{i}].version must be a whole number from 1")
-        history.append(
-            Version(
-                number,
-                _text(v.get("content"), f"history[{i}].content"),
-                v.get("metadata", {}),
-                "add" if number == 1 else "update",
-                at,
-            )
-        )
-    vectors = None
-    encoded = raw.get("vectors")
-    if encoded is not None:
-        if not isinstance(encoded, list) or not encoded:
-            raise ValueError("vectors must be a non-empty list")
-        try:
-            rows = [np.frombuffer(base64.b64decode(v, validate=True), dtype="<f4") for v in encoded]
-        except (ValueError, TypeError):
-            raise ValueError("vectors must be base64 of little-endian float32") from None
-        if dims and any(len(r) != dims for r in rows):
-            raise ValueError(f"vectors must have {dims} dimensions")
-        vectors = np.vstack(rows).astype(np.float32)
-        if not np.isfinite(vectors).all():
-            raise ValueError("vectors must be finite numbers")
-    return _Record(memory, history, vectors)
-
-
-def _limit(value: t.Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{field} must be a whole number from 0, or null")
-    return value
-
-
-def _key_record(raw: dict[str, t.Any]) -> tuple[ApiKey, bytes]:
-    """An ``{"apiKey": {...}}`` line: the key and its secret's hash."""
-    record = raw["apiKey"]
-    if not isinstance(record, dict) or len(raw) != 1:
-        raise ValueError("apiKey must be the line's only field, an object")
-    secret_hash = record.get("secretHash")
-    if not isinstance(secret_hash, str) or len(secret_hash) != 64:
-        raise ValueError("apiKey.secretHash must be 64 hexadecimal digits")
-    try:
-        digest = bytes.fromhex(secret_hash)
-    except ValueError:
-        raise ValueError("apiKey.secretHash must be 64 hexadecimal digits") from None
-    name = record.get("name")
-    if not isinstance(name, str):
-        raise ValueError("apiKey.name must be a string")
-    created = _time(record.get("createdAt"), "apiKey.createdAt")
-    assert created is not None
-    key = ApiKey(
-        id=_text(record.get("id"), "apiKey.id"),
-        tenant=_text(record.get("tenant"), "apiKey.tenant"),
-        key_id=_text(record.get("keyId"), "apiKey.keyId"),
-        name=name,
-        created_at=created,
-        last_used_at=_time(record.get("lastUsedAt"), "apiKey.lastUsedAt", optional=True),
-        revoked_at=_time(record.get("revokedAt"), "apiKey.revokedAt", optional=True),
-        rate_limit=_limit(record.get("rateLimit"), "apiKey.rateLimit"),
-        concurrency_limit=_limit(record.get("concurrencyLimit"), "apiKey.concurrencyLimit"),
-    )
-    return key, digest
-
-
-def _line(line: str, dims: int) -> _Record | tuple[ApiKey, bytes]:
-    """A memory line as a :class:`_Record`, or a key line as ``(key, secret hash)``."""
-    try:
-        raw = json.loads(line)
-    except ValueError as e:
-        raise ValueError(f"not JSON ({e})") from None
-    if not isinstance(raw, dict):
-        raise ValueError("not a JSON object")
-    if "apiKey" in raw:
-        return _key_record(raw)
-    return _record(raw, dims)
+@dataclasses.dataclass
+class _KeyPlan:
+    new: list[KeyLine]
+    existing: int
 
 
 def read_header(line: str) -> dict[str, t.Any]:
+    if not line:
+        raise InvalidImport("the file is empty")
     try:
-        header = json.loads(line)
-    except ValueError:
+        header = rules.strict_json(line)
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise InvalidImport(f"line 1: not a {FORMAT} header")
     if header.get("version") not in READABLE_VERSIONS:
         raise InvalidImport(f"line 1: format version {header.get('version')!r} is not supported")
-    if not isinstance(header.get("model"), str) or not isinstance(header.get("dimensions"), int):
+    dims = header.get("dimensions")
+    if not isinstance(header.get("model"), str) or not isinstance(dims, int) or dims < 0:
         raise InvalidImport("line 1: the header must name the model and its dimensions")
+    tenant = header.get("tenant")
+    if tenant is not None:
+        try:
+            if not isinstance(tenant, str):
+                raise InvalidText("must be a string")
+            tokens.check_tenant(tenant)
+        except InvalidText as e:
+            raise InvalidImport(f"line 1: the header's tenant {e}, or null") from None
     return header
 
 
-def check(lines: t.Iterable[str]) -> tuple[dict[str, t.Any], int]:
-    """Read the whole file once: its header and how many memories, or :class:`InvalidImport`."""
+def _read(line: str, number: int, dims: int, limits: Rules) -> MemoryLine | KeyLine:
+    try:
+        return read_line(line, number, dims, limits)
+    except ValueError as e:
+        raise InvalidImport(f"line {number}: {e}") from None
+
+
+def _plan_keys(store: Store, keys: list[KeyLine], limits: Rules) -> _KeyPlan:
+    """Which of the file's keys are new; :class:`InvalidImport` for one that cannot be added.
+
+    A key whose id the database has is there already (an earlier run). A
+    new one must not reuse another key's identifier or secret, and must
+    leave its tenant within the cap on active keys.
+    """
+    stored = store.keys_with_hashes(None)
+    stored_ids = {k.id for k, _ in stored}
+    stored_key_ids = {k.key_id for k, _ in stored}
+    stored_hashes = {h for _, h in stored}
+    active = collections.Counter(k.tenant for k, _ in stored if k.active)
+    seen: dict[t.Any, int] = {}
+    plan = _KeyPlan([], 0)
+    cap = limits.max_keys_per_tenant
+    for line in keys:
+        key, where = line.key, f"line {line.number}"
+        if ("id", key.id) in seen:
+            raise InvalidImport(f"{where}: the key {key.id} appears twice")
+        for field, value in (("keyId", key.key_id), ("secretHash", line.secret_hash)):
+            if (field, value) in seen:
+                raise InvalidImport(f"{where}: apiKey.{field} is also line {seen[field, value]}'s")
+        seen.update({("id", key.id): line.number, ("keyId", key.key_id): line.number})
+        seen["secretHash", line.secret_hash] = line.number
+        if key.id in stored_ids:
+            plan.existing += 1
+            continue
+        if key.key_id in stored_key_ids:
+            raise InvalidImport(f"{where}: apiKey.keyId is another API key's already")
+        if line.secret_hash in stored_hashes:
+            raise InvalidImport(f"{where}: apiKey.secretHash is another API key's already")
+        if key.active:
+            active[key.tenant] += 1
+            if cap and active[key.tenant] > cap:
+                raise InvalidImport(
+                    f"{where}: tenant {shown(key.tenant)!r} would have {active[key.tenant]} "
+                    f"active API keys, more than {cap} (MEMSVC_MAX_KEYS_PER_TENANT)"
+                )
+        plan.new.append(line)
+    return plan
+
+
+def check(store: Store, lines: t.Iterable[str], limits: Rules) -> Checked:
+    """Read the whole file by the rules import applies; :class:`InvalidImport` names a bad line.
+
+    Writes nothing. Keys are checked against the database's as well.
+    """
     header: dict[str, t.Any] | None = None
     n = 0
     ids: set[str] = set()
-    key_ids: set[str] = set()
+    keys: list[KeyLine] = []
     for number, line in enumerate(lines, start=1):
         if number == 1:
             header = read_header(line)
             continue
+        assert header is not None
         if not line.strip():
             continue
-        try:
-            record = _line(line, header["dimensions"] if header else 0)
-        except ValueError as e:
-            raise InvalidImport(f"line {number}: {e}") from None
-        if not isinstance(record, _Record):
-            if record[0].id in key_ids:
-                raise InvalidImport(f"line {number}: the key {record[0].id} appears twice")
-            key_ids.add(record[0].id)
+        record = _read(line, number, header["dimensions"], limits)
+        if isinstance(record, KeyLine):
+            keys.append(record)
             continue
         if record.memory.id in ids:
             raise InvalidImport(f"line {number}: the id {record.memory.id} appears twice")
@@ -355,33 +306,41 @@ def check(lines: t.Iterable[str]) -> tuple[dict[str, t.Any], int]:
         n += 1
     if header is None:
         raise InvalidImport("the file is empty")
-    return header, n
-
-
-def _import_key(store: Store, key: ApiKey, secret_hash: bytes, result: ImportResult) -> None:
-    with store.write():
-        if store.get_key(key.id) is not None or store.key_by_hash(secret_hash) is not None:
-            result.keys_existing += 1
-            return
-        store.insert_key(key, secret_hash)
-    result.keys_imported += 1
+    with store.read():
+        _plan_keys(store, keys, limits)
+    return Checked(header, n, keys)
 
 
 def import_(
     store: Store,
     embedder: Embedder,
     lines: t.Iterable[str],
+    checked: Checked,
+    limits: Rules,
     *,
-    header: dict[str, t.Any],
-    total: int,
     batch_size: int = 500,
     progress: Progress = lambda done, total: None,
 ) -> ImportResult:
-    """Import memories from a file :func:`check` accepted; see the module's description."""
+    """Import a file :func:`check` accepted with the same ``limits``; see the module's description.
+
+    The keys go first, all in one transaction, checked again against the
+    database as it is then; then the memories, a batch per transaction.
+    """
+    header, total = checked.header, checked.memories
     recorded = store.embedder()
     same_model = recorded == (header["model"], header["dimensions"])
     result = ImportResult(reembedded=not same_model)
-    batch: list[_Record] = []
+    try:
+        with store.write():
+            plan = _plan_keys(store, checked.keys, limits)
+            for new in plan.new:
+                store.insert_key(new.key, new.secret_hash)
+    except InvalidImport as e:
+        raise InvalidImport(
+            f"{e}: the database changed since the check; nothing was imported"
+        ) from None
+    result.keys_imported, result.keys_existing = len(plan.new), plan.existing
+    batch: list[MemoryLine] = []
     done = 0
 
     def flush() -> None:
@@ -413,9 +372,14 @@ def import_(
     for number, line in enumerate(lines, start=1):
         if number == 1 or not line.strip():
             continue
-        record = _line(line, header["dimensions"])
-        if not isinstance(record, _Record):
-            _import_key(store, *record, result)
+        try:
+            record = read_line(line, number, header["dimensions"], limits)
+        except ValueError as e:
+            raise InvalidImport(
+                f"line {number}: {e}; the file changed since it was checked: the memories "
+                "before this line were imported"
+            ) from None
+        if isinstance(record, KeyLine):
             continue
         batch.append(record)
         done += 1

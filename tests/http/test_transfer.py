@@ -86,7 +86,8 @@ def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same
 
     fresh_db = str(tmp_path / "fresh.sqlite3")
     cli_context.overrides = {**cli_context.overrides, "DATABASE": fresh_db}
-    result = memsvc_cli("import", str(path))
+    # A whole database's export: every tenant in it, said explicitly.
+    result = memsvc_cli("import", str(path), "--all-tenants")
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == "Imported 17 memories and 2 API keys."
     target = make_app(DATABASE=fresh_db)
@@ -94,7 +95,7 @@ def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same
     assert answers(target, auth) == before
 
     # Idempotent: a second run adds nothing.
-    again = memsvc_cli("import", str(path))
+    again = memsvc_cli("import", str(path), "--all-tenants")
     assert (
         "Imported 0 memories and 0 API keys (17 memories already there; "
         "2 API keys already there)." in again.stderr
@@ -116,7 +117,7 @@ def test_moving_from_sqlite_to_postgresql_and_back_answers_byte_for_byte_the_sam
     target = None
     try:
         cli_context.overrides = {**cli_context.overrides, "DATABASE": url}
-        result = memsvc_cli("import", str(path))
+        result = memsvc_cli("import", str(path), "--all-tenants")
         assert result.stderr.strip() == "Imported 17 memories and 2 API keys.", result.output
         # The planner has statistics of the imported rows at once, not after
         # autovacuum's first round (without them a large user's vectors were
@@ -156,10 +157,11 @@ def test_import_resumes_after_an_interruption(make_app, memsvc_cli, cli_context,
     half = tmp_path / "half.jsonl"
     half.write_text("".join(lines[:11]))  # as if the run stopped after 2 keys and 8 memories
     cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
-    assert "Imported 8 memories and 2 API keys." in memsvc_cli("import", str(half)).stderr
+    tenants = ("--tenant", "acme", "--tenant", "globex")
+    assert "Imported 8 memories and 2 API keys." in memsvc_cli("import", str(half), *tenants).stderr
     assert (
         "Imported 9 memories and 0 API keys (8 memories already there; 2 API keys already there)."
-        in memsvc_cli("import", str(path)).stderr
+        in memsvc_cli("import", str(path), *tenants).stderr
     )
     target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
     with target.app_context():
@@ -180,18 +182,21 @@ def test_a_malformed_line_is_named_and_nothing_is_imported(
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(lines))
     cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
-    result = memsvc_cli("import", str(bad))
+    result = memsvc_cli("import", str(bad), "--all-tenants")
     assert result.exit_code == 1
     assert "line 6: createdAt must be an ISO 8601 timestamp" in result.stderr
     assert "nothing was imported" in result.stderr
     for damage, message in (
         ("{not json", "line 2: not JSON"),
-        ('{"id": "x"}', "line 2: tenant must be a non-empty string"),
-        ('{"apiKey": {"id": "k"}}', "line 2: apiKey.secretHash must be 64 hexadecimal digits"),
+        ('{"id": "x"}', "line 2: tenant is required"),
+        (
+            '{"apiKey": {"id": "k", "tenant": "acme", "secretHash": "ab"}}',
+            "line 2: apiKey.secretHash must be 64 hexadecimal digits",
+        ),
         (lines[1].strip() + "\n" + lines[1].strip(), "line 3: the key"),
     ):
         bad.write_text(lines[0] + damage + "\n")
-        assert message in memsvc_cli("import", str(bad)).stderr
+        assert message in memsvc_cli("import", str(bad), "--all-tenants").stderr
     bad.write_text('{"format": "something else"}\n')
     assert "line 1: not a memsvc-export header" in memsvc_cli("import", str(bad)).stderr
     target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
@@ -268,7 +273,8 @@ def test_a_version_1_file_without_keys_still_imports(make_app, memsvc_cli, cli_c
     old = [json.dumps(header) + "\n"] + [x for x in lines[1:] if not x.startswith('{"apiKey"')]
     path.write_text("".join(old))
     cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
-    assert memsvc_cli("import", str(path)).stderr.strip() == "Imported 17 memories."
+    result = memsvc_cli("import", str(path), "--all-tenants")
+    assert result.stderr.strip() == "Imported 17 memories."
     header["version"] = 3
     path.write_text(json.dumps(header) + "\n")
     assert "format version 3 is not supported" in memsvc_cli("import", str(path)).stderr
