@@ -107,8 +107,13 @@ def term_hash(term: str) -> int:
 
 
 def terms(text: str) -> list[int]:
-    """Every term of ``text``, in order, repeats included."""
-    return [_term(w) for w in words(text)]
+    """Every term of ``text`` the index holds, in order, repeats included.
+
+    Very common English words (:data:`STOPWORDS`) are not terms: they match
+    nearly everything, add only noise to a ranking, and would make a third
+    of the index.
+    """
+    return [_term(w) for w in words(text) if w not in STOPWORDS]
 
 
 def counts(text: str) -> tuple[dict[int, int], int]:
@@ -118,11 +123,5 @@ def counts(text: str) -> tuple[dict[int, int], int]:
 
 
 def query_terms(text: str) -> list[int]:
-    """The distinct terms a keyword search for ``text`` looks up, in order.
-
-    Very common English words are left out unless nothing else is left:
-    they match nearly everything and only add noise.
-    """
-    found = list(dict.fromkeys(words(text)))
-    kept = [w for w in found if w not in STOPWORDS] or found
-    return list(dict.fromkeys(_term(w) for w in kept))[:MAX_QUERY_TERMS]
+    """The distinct terms a keyword search for ``text`` looks up, in order (at most 64)."""
+    return list(dict.fromkeys(terms(text)))[:MAX_QUERY_TERMS]
