@@ -153,14 +153,16 @@ def output_components() -> dict[str, Json]:
                             "type": ["number", "null"],
                             "minimum": 0,
                             "maximum": 1,
-                            "description": "The keyword match's strength among the user's "
-                            "own memories, normalised into [0, 1]; null when no query word "
-                            "matched (or in semantic mode).",
+                            "description": "The keyword match's strength in [0, 1]: the "
+                            "share of the query's words, each weighted by its rarity among "
+                            "the user's own memories, that the memory holds; null when no "
+                            "query word matched (and in semantic mode).",
                         },
                         "score": {
                             "type": "number",
                             "description": "What the mode ranked by: the cosine (semantic), "
-                            "the keyword strength (keyword), their fusion (hybrid).",
+                            "the BM25 score (keyword), the cosine plus 0.5 x the keyword "
+                            "strength squared (hybrid).",
                         },
                     },
                     ["cosine", "keyword", "score"],

@@ -29,7 +29,6 @@ from ..models import ScoredMemory
 from ..models import Version
 from ..search import MODES
 from ..search import filters
-from ..search import keyword
 from ..search.filters import Filter
 from ..text import InvalidText
 from ..text import check_text
@@ -297,7 +296,7 @@ def search_results_out(answer: SearchAnswer) -> list[dict[str, t.Any]]:
         if answer.explain:
             item["explain"] = {
                 "cosine": _number(r.similarity),
-                "keyword": None if r.keyword is None else _number(keyword.normalised(r.keyword)),
+                "keyword": None if r.keyword is None else _number(r.keyword),
                 "score": _number(r.similarity if r.score is None else r.score),
             }
         out.append(item)

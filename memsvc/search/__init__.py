@@ -217,22 +217,17 @@ def search(
         if mode == "keyword":
             matches = _keyword(store, tenant, user_id, query, text, k, threshold, scope)
             return [
-                dataclasses.replace(
-                    r,
-                    matched_by=("keyword",),
-                    keyword=score,
-                    score=keyword_module.normalised(score),
-                )
-                for r, score in matches
+                dataclasses.replace(r, matched_by=("keyword",), keyword=strength, score=bm25)
+                for r, bm25, strength in matches
             ]
         depth = min(100, max(2 * k, 30))
         semantic = nearest(store, cache, tenant, user_id, query, depth, threshold, scope)
         keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope)
     found: dict[str, ScoredMemory] = {r.memory.id: r for r in semantic}
     strength: dict[str, float] = {}
-    for r, score in keyword:
+    for r, _, matched in keyword:
         found.setdefault(r.memory.id, r)
-        strength[r.memory.id] = score
+        strength[r.memory.id] = matched
     semantic_ids = {r.memory.id for r in semantic}
     ranked = sorted(
         found.values(),
@@ -268,25 +263,31 @@ def _keyword(
     k: int,
     threshold: float,
     scope: Scope,
-) -> list[tuple[ScoredMemory, float]]:
+) -> list[tuple[ScoredMemory, float, float]]:
     """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
-    With their BM25 score, strongest first. Call inside a read transaction.
+    With their BM25 score and strength, best first. Call inside a read transaction.
     """
     wanted = terms.query_terms(text)
     state = store.user_state(tenant, user_id) if wanted else None
     if state is None:
         return []
-    seqs, scores = keyword_module.rank(
-        store.postings(state.user_key, wanted), state.count, state.terms
+    matches = keyword_module.rank(
+        store.postings(state.user_key, wanted), len(wanted), state.count, state.terms
     )
-    score_of = dict(zip(seqs.tolist(), scores.tolist(), strict=True))
+    seqs = matches.seqs.tolist()
+    found: dict[int, tuple[float, float]] = {
+        seq: (bm25, strength)
+        for seq, bm25, strength in zip(
+            seqs, matches.bm25.tolist(), matches.strength.tolist(), strict=True
+        )
+    }
     best: list[int] = []
     cosine: dict[int, float] = {}
     start, chunk = 0, max(4 * k, 40)
     # Best first, a growing chunk at a time, until k qualify.
     while start < len(seqs) and len(best) < k:
-        part = seqs[start : start + chunk].tolist()
+        part = seqs[start : start + chunk]
         entries = store.entries_by_seq(tenant, user_id, part)
         admitted = [entries[seq] for seq in part if seq in entries and scope.admits(entries[seq])]
         cosine.update(_cosines(store, tenant, user_id, admitted, query))
@@ -295,7 +296,7 @@ def _keyword(
         chunk *= 4
     best = best[:k]
     rows = store.memories_by_seq(best)
-    return [(ScoredMemory(rows[seq], cosine[seq]), score_of[seq]) for seq in best if seq in rows]
+    return [(ScoredMemory(rows[seq], cosine[seq]), *found[seq]) for seq in best if seq in rows]
 
 
 def _cosines(

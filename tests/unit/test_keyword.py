@@ -78,13 +78,28 @@ def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first()
         (common, 4, 3, 10),
         (common, 5, 1, 100),
     ]
-    seqs, scores = keyword.rank(postings, documents=6, total_terms=150)
-    order = seqs.tolist()
+    found = keyword.rank(postings, asked=2, documents=6, total_terms=150)
+    order = found.seqs.tolist()
     assert order[0] == 3  # holds the rare word
     assert order.index(4) < order.index(2)  # three mentions beat one
     assert order.index(2) < order.index(5)  # the same mention in a shorter text
     assert order.index(2) < order.index(1)  # ties: the newest first
-    assert np.all(scores > 0) and np.all(np.diff(scores) <= 0)
+    assert np.all(found.bm25 > 0) and np.all(np.diff(found.bm25) <= 0)
+    strength = dict(zip(order, found.strength.tolist(), strict=True))
+    assert strength[3] == pytest.approx(1.0)  # holds every word of the query
+    assert 0 < strength[1] == strength[4] == strength[5] < 0.5  # only the common one
+
+
+def test_a_query_word_no_memory_holds_weighs_as_the_rarest():
+    held = keyword.rank([(7, 1, 1, 5)], asked=1, documents=10, total_terms=50).strength[0]
+    assert held == pytest.approx(1.0)
+    half = keyword.rank([(7, 1, 1, 5)], asked=2, documents=10, total_terms=50).strength[0]
+    # The word held is held by one memory, as rare as a word can be: an even share.
+    assert half == pytest.approx(0.5)
+    common = keyword.rank(
+        [(7, i, 1, 5) for i in range(1, 8)], asked=2, documents=10, total_terms=50
+    ).strength[0]
+    assert common < 0.25  # a word most memories hold is a small share beside a missing one
 
 
 def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_spaces():
