@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._core import DEFAULT_MODE
 from ._version import __version__
 from .aio import AsyncMemsvc
 from .client import Memsvc
@@ -13,13 +14,16 @@ from .errors import RateLimited
 from .errors import ServerError
 from .errors import Unauthorized
 from .models import UNSET
+from .models import Explain
 from .models import Memory
 
 __all__ = [
     "__version__",
+    "DEFAULT_MODE",
     "Memsvc",
     "AsyncMemsvc",
     "Memory",
+    "Explain",
     "UNSET",
     "MemsvcError",
     "BadRequest",

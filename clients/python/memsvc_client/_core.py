@@ -23,6 +23,12 @@ logger = logging.getLogger("memsvc_client")
 
 Json = dict[str, t.Any]
 Mode = t.Literal["semantic", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = t.get_args(Mode)
+
+#: The mode of a search whose caller names none (the client's ``default_mode``
+#: unless set otherwise). Hybrid ranks by meaning and raises memories holding
+#: the query's words, so a name or a code is found first too.
+DEFAULT_MODE: Mode = "hybrid"
 
 #: The code memsvc would send for a status, for answers that are not its
 #: envelopes (a proxy's HTML error page, say).
@@ -209,26 +215,44 @@ def add_call(
     return mutation("memory.add", input, resend_safe=dedupe)
 
 
+def check_mode(mode: str) -> Mode:
+    """``mode`` if it is one of memsvc's search modes, else ValueError (before any call)."""
+    if mode not in MODES:
+        raise ValueError(f"search mode must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+def floor_by_default(mode: Mode) -> bool:
+    """Whether a search in ``mode`` without a threshold gets the recommended one.
+
+    Semantic and hybrid searches rank by meaning: without a floor every
+    memory would come back. A keyword match is its own criterion, so a
+    keyword search without a threshold has none.
+    """
+    return mode != "keyword"
+
+
 def search_call(
     user_id: str,
     query: str,
     limit: int | None,
     threshold: float | None,
     filter: t.Mapping[str, t.Any] | None,
-    mode: Mode | None,
+    mode: Mode,
+    explain: bool,
     created_after: datetime.datetime | None,
     created_before: datetime.datetime | None,
 ) -> Call:
-    """memory.search; a None threshold is left out (the server's default)."""
-    input: Json = {"userId": user_id, "query": query}
+    """memory.search; a None threshold is left out (the server's default for the mode)."""
+    input: Json = {"userId": user_id, "query": query, "mode": mode}
     if limit is not None:
         input["limit"] = limit
     if threshold is not None:
         input["threshold"] = threshold
     if filter is not None:
         input["filter"] = dict(filter)
-    if mode is not None:
-        input["mode"] = mode
+    if explain:
+        input["explain"] = True
     return Call("memory.search", _times(input, created_after, created_before))
 
 

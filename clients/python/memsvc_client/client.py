@@ -58,9 +58,11 @@ class Memsvc:
         timeout: float = 30.0,
         max_retries: int = 3,
         max_retry_wait: float = 60.0,
+        default_mode: Mode = _core.DEFAULT_MODE,
         http_client: httpx.Client | None = None,
     ) -> None:
         self._base = check_url(url)
+        self._default_mode = _core.check_mode(default_mode)
         key = api_key_from(api_key)
         self._headers = {"x-api-key": key, "user-agent": USER_AGENT}
         self._post_headers = {**self._headers, "content-type": "application/json"}
@@ -70,6 +72,11 @@ class Memsvc:
         self._http = http_client if http_client is not None else httpx.Client()
         self._recommended: float | None | Unset = UNSET
         self._lock = threading.Lock()
+
+    @property
+    def default_mode(self) -> Mode:
+        """The mode of a search that names none."""
+        return self._default_mode
 
     def __repr__(self) -> str:
         # Never the key.
@@ -118,14 +125,23 @@ class Memsvc:
         threshold: float | None = None,
         filter: t.Mapping[str, t.Any] | None = None,
         mode: Mode | None = None,
+        explain: bool = False,
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
     ) -> list[Memory]:
-        """The user's memories most similar to ``query``; threshold None: the deployment's."""
-        if threshold is None:
+        """The user's memories that best match ``query``, best first.
+
+        ``mode`` None: the client's ``default_mode`` (hybrid unless set).
+        ``threshold`` None: in semantic and hybrid mode, the threshold the
+        deployment recommends for its model (service.info, asked once); in
+        keyword mode, no floor. ``explain``: each result's ``explain`` says
+        why it ranked where it did.
+        """
+        mode = self._default_mode if mode is None else mode
+        if threshold is None and _core.floor_by_default(mode):
             threshold = self._default_threshold()
         call = _core.search_call(
-            user_id, query, limit, threshold, filter, mode, created_after, created_before
+            user_id, query, limit, threshold, filter, mode, explain, created_after, created_before
         )
         return _core.memories(self._call(call))
 

@@ -43,6 +43,29 @@ def format_time(value: datetime.datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Explain:
+    """Why a search result ranked where it did (``search(..., explain=True)``)."""
+
+    #: The cosine similarity of query and memory (equal to ``similarity``).
+    cosine: float
+    #: The keyword match's strength among the user's memories, in [0, 1];
+    #: None when no query word matched (and in semantic mode).
+    keyword: float | None
+    #: What the mode ranked by: the cosine (semantic), the keyword strength
+    #: (keyword), their fusion (hybrid).
+    score: float
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Explain:
+        """An Explain from the JSON object of a result's ``explain``."""
+        return cls(data["cosine"], data["keyword"], data["score"])
+
+    def to_dict(self) -> dict[str, t.Any]:
+        """The wire's ``explain`` object."""
+        return {"cosine": self.cosine, "keyword": self.keyword, "score": self.score}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Memory:
     """One memory of an end user; ``similarity`` is set on search results only."""
@@ -57,6 +80,8 @@ class Memory:
     similarity: float | None = None
     #: How a keyword or hybrid search found it (``("keyword", "semantic")``), else None.
     matched_by: tuple[str, ...] | None = None
+    #: Why it ranked where it did: set by a search with ``explain=True``, else None.
+    explain: Explain | None = None
 
     @classmethod
     def from_wire(cls, data: t.Mapping[str, t.Any]) -> Memory:
@@ -66,6 +91,7 @@ class Memory:
         created_at = parse_time(created)
         expires = data.get("expiresAt")
         matched = data.get("matchedBy")
+        explain = data.get("explain")
         memory = object.__new__(cls)
         # A frozen dataclass's __init__ sets each field through
         # object.__setattr__, which was most of the client's cost per memory
@@ -81,6 +107,7 @@ class Memory:
             expires_at=parse_time(expires) if expires is not None else None,
             similarity=data.get("similarity"),
             matched_by=tuple(matched) if matched is not None else None,
+            explain=Explain.from_wire(explain) if explain is not None else None,
         )
         return memory
 
@@ -100,4 +127,6 @@ class Memory:
             out["similarity"] = self.similarity
         if self.matched_by is not None:
             out["matchedBy"] = list(self.matched_by)
+        if self.explain is not None:
+            out["explain"] = self.explain.to_dict()
         return out

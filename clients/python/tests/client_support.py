@@ -12,6 +12,23 @@ import requests
 
 from tests.support.servers import Server
 
+# Texts whose similarities with the bundled model put them on either side of
+# the thresholds that matter: the recommended 0.35 and the wire's default 0.7.
+
+#: A memory and a natural question about it: cosine about 0.54, so found with
+#: the recommended threshold and missed with 0.7.
+BEES = "Dan keeps bees in his garden"
+PETS = "Does Dan have any pets?"
+#: A memory holding a word whose cosine with it is about 0.26: under any
+#: default floor, found by a keyword search only.
+BUDGET = (
+    "The quarterly budget review moved to Thursday and the projections need a second pass; "
+    "bring the zebra folder"
+)
+ZEBRA = "zebra"
+RECOMMENDED = 0.35
+WIRE_DEFAULT = 0.7
+
 
 def create_key(server: Server, tenant: str) -> tuple[str, str]:
     """A new API key's record id and secret, through keys.create."""

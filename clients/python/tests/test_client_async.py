@@ -7,6 +7,12 @@ import datetime
 import typing as t
 
 import pytest
+from client_support import BEES
+from client_support import BUDGET
+from client_support import PETS
+from client_support import RECOMMENDED
+from client_support import WIRE_DEFAULT
+from client_support import ZEBRA
 from client_support import Recorder
 from memsvc_client import AsyncMemsvc
 from memsvc_client import BadRequest
@@ -126,3 +132,57 @@ def test_threshold_none_asks_service_info_once(
     assert recorder.procedures().count("service.info") == 1
     thresholds = [i["threshold"] for i in recorder.inputs("memory.search")]
     assert thresholds == [pytest.approx(0.35)] * 5 + [0.5]
+
+
+def test_search_defaults_hybrid_recommended_threshold_no_keyword_floor_and_explain(
+    server: Server, api_key: str, user: str, recorder: Recorder
+) -> None:
+    async def scenario() -> dict[str, list[Memory]]:
+        async with (
+            recorder.async_client() as http,
+            AsyncMemsvc(server.url, api_key=api_key, http_client=http) as memsvc,
+        ):
+            await memsvc.add(user, BEES)
+            await memsvc.add(user, BUDGET)
+            searches = {
+                "natural": memsvc.search(user, PETS),
+                "strict": memsvc.search(user, PETS, threshold=WIRE_DEFAULT),
+                "keyword": memsvc.search(user, ZEBRA, mode="keyword"),
+                "hybrid": memsvc.search(user, ZEBRA),
+                "explained": memsvc.search(user, PETS, mode="semantic", explain=True),
+            }
+            found = dict(zip(searches, await asyncio.gather(*searches.values()), strict=True))
+        async with AsyncMemsvc(server.url, api_key=api_key, default_mode="keyword") as keyword:
+            found["keyword_by_default"] = await keyword.search(user, ZEBRA)
+        return found
+
+    found = run(scenario())
+    (natural,) = found["natural"]
+    assert natural.content == BEES and natural.matched_by == ("keyword", "semantic")
+    assert natural.similarity is not None and RECOMMENDED <= natural.similarity < WIRE_DEFAULT
+    assert found["strict"] == []
+    assert [m.content for m in found["keyword"]] == [BUDGET]
+    assert found["keyword"][0].similarity < RECOMMENDED  # type: ignore[operator]
+    assert found["hybrid"] == []
+    assert found["keyword_by_default"] == found["keyword"]
+    (explained,) = found["explained"]
+    assert explained.matched_by is None and explained.explain is not None
+    assert explained.explain.cosine == explained.similarity and explained.explain.keyword is None
+    sent = sorted(
+        (
+            (i["query"], i["mode"], i.get("threshold"), i.get("explain"))
+            for i in recorder.inputs("memory.search")
+        ),
+        key=repr,
+    )
+    assert sent == sorted(
+        [
+            (PETS, "hybrid", RECOMMENDED, None),
+            (PETS, "hybrid", WIRE_DEFAULT, None),
+            (ZEBRA, "keyword", None, None),
+            (ZEBRA, "hybrid", RECOMMENDED, None),
+            (PETS, "semantic", RECOMMENDED, True),
+        ],
+        key=repr,
+    )
+    assert recorder.procedures().count("service.info") == 1

@@ -225,3 +225,28 @@ def test_threshold_none_uses_the_deployments_recommended_threshold(
         assert [i.get("threshold") for i in recorder.inputs("memory.search")] == [0.2, 0.95, 0.2]
     finally:
         server.stop()
+
+
+def test_a_server_recommending_no_threshold_gets_none_and_applies_its_own(
+    tmp_path: t.Any, recorder: Recorder
+) -> None:
+    # A model memsvc has not measured: service.info recommends no threshold,
+    # so the client sends none and the operator's default (0 here) applies.
+    with FakeProvider(delay=0) as provider:
+        server = start_server(tmp_path, **provider.settings, MEMSVC_SEARCH_DEFAULT_THRESHOLD="0")
+        try:
+            key = server.create_key("acme", "unmeasured")
+            with Memsvc(server.url, api_key=key, http_client=recorder.client()) as memsvc:
+                added = memsvc.add("u", "Frank collects stamps")
+                assert [m.id for m in memsvc.search("u", "hobbies")] == [added.id]
+                memsvc.search("u", "hobbies", mode="semantic")
+                memsvc.search("u", "hobbies", threshold=0.9)
+                assert memsvc.info()["embedder"]["recommendedThreshold"] is None
+        finally:
+            server.stop()
+    assert recorder.procedures().count("service.info") == 2  # once cached, once asked for
+    assert [(i["mode"], i.get("threshold")) for i in recorder.inputs("memory.search")] == [
+        ("hybrid", None),
+        ("semantic", None),
+        ("hybrid", 0.9),
+    ]

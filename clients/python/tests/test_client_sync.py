@@ -8,9 +8,16 @@ import time
 
 import pytest
 import requests
+from client_support import BEES
+from client_support import BUDGET
+from client_support import PETS
+from client_support import RECOMMENDED
+from client_support import WIRE_DEFAULT
+from client_support import ZEBRA
 from client_support import Recorder
 from memsvc_client import UNSET
 from memsvc_client import BadRequest
+from memsvc_client import Explain
 from memsvc_client import Memory
 from memsvc_client import Memsvc
 from memsvc_client import NotFound
@@ -110,6 +117,95 @@ def test_search_ranks_filters_and_sends_mode(
             "threshold": 0.0,
             "mode": "semantic",
         }
+
+
+def test_a_natural_question_finds_a_memory_under_the_wires_default_threshold(
+    server: Server, api_key: str, user: str, recorder: Recorder
+) -> None:
+    with Memsvc(server.url, api_key=api_key, http_client=recorder.client()) as memsvc:
+        bees = memsvc.add(user, BEES)
+        found = memsvc.search(user, PETS)
+        assert found[0].id == bees.id
+        # Found with the recommended threshold; the wire's default would miss it.
+        assert found[0].similarity is not None
+        assert RECOMMENDED <= found[0].similarity < WIRE_DEFAULT
+        assert memsvc.search(user, PETS, threshold=WIRE_DEFAULT) == []
+    assert recorder.inputs("memory.search") == [
+        {"userId": user, "query": PETS, "mode": "hybrid", "threshold": RECOMMENDED},
+        {"userId": user, "query": PETS, "mode": "hybrid", "threshold": WIRE_DEFAULT},
+    ]
+
+
+def test_a_keyword_search_without_a_threshold_has_no_floor(
+    server: Server, api_key: str, user: str, recorder: Recorder
+) -> None:
+    with Memsvc(server.url, api_key=api_key, http_client=recorder.client()) as memsvc:
+        budget = memsvc.add(user, BUDGET)
+        found = memsvc.search(user, ZEBRA, mode="keyword")
+        assert [m.id for m in found] == [budget.id]
+        assert found[0].similarity is not None and found[0].similarity < RECOMMENDED
+        assert found[0].matched_by == ("keyword",)
+        # Hybrid, by default, keeps the recommended floor; a floor given is sent.
+        assert memsvc.search(user, ZEBRA) == []
+        assert memsvc.search(user, ZEBRA, mode="keyword", threshold=0.5) == []
+        assert len(memsvc.search(user, ZEBRA, threshold=0.0)) == 1
+    assert recorder.inputs("memory.search") == [
+        {"userId": user, "query": ZEBRA, "mode": "keyword"},
+        {"userId": user, "query": ZEBRA, "mode": "hybrid", "threshold": RECOMMENDED},
+        {"userId": user, "query": ZEBRA, "mode": "keyword", "threshold": 0.5},
+        {"userId": user, "query": ZEBRA, "mode": "hybrid", "threshold": 0.0},
+    ]
+    # Asked once for the client's life, and not for the keyword search before it.
+    assert recorder.procedures().count("service.info") == 1
+    assert recorder.procedures().index("service.info") == 2
+
+
+def test_the_default_mode_is_hybrid_and_mode_or_default_mode_overrides_it(
+    server: Server, api_key: str, user: str, recorder: Recorder
+) -> None:
+    with Memsvc(server.url, api_key=api_key, http_client=recorder.client()) as memsvc:
+        assert memsvc.default_mode == "hybrid"
+        memsvc.add(user, BEES)
+        (hybrid,) = memsvc.search(user, PETS)
+        (semantic,) = memsvc.search(user, PETS, mode="semantic")
+        assert hybrid.matched_by == ("keyword", "semantic") and semantic.matched_by is None
+    with Memsvc(
+        server.url, api_key=api_key, default_mode="semantic", http_client=recorder.client()
+    ) as memsvc:
+        (found,) = memsvc.search(user, PETS)
+        assert found.matched_by is None
+        (keyword,) = memsvc.search(user, PETS, mode="keyword")
+        assert keyword.matched_by == ("keyword",)
+    modes = [i["mode"] for i in recorder.inputs("memory.search")]
+    assert modes == ["hybrid", "semantic", "semantic", "keyword"]
+    with pytest.raises(ValueError, match="hybrid"):
+        Memsvc(server.url, api_key=api_key, default_mode="hybird")  # type: ignore[arg-type]
+
+
+def test_explain_says_why_each_result_ranked(
+    server: Server, api_key: str, user: str, recorder: Recorder
+) -> None:
+    with Memsvc(server.url, api_key=api_key, http_client=recorder.client()) as memsvc:
+        bees = memsvc.add(user, BEES)
+        (plain,) = memsvc.search(user, PETS)
+        (hybrid,) = memsvc.search(user, PETS, explain=True)
+        (semantic,) = memsvc.search(user, PETS, mode="semantic", explain=True)
+    assert plain.explain is None and "explain" not in plain.to_dict()
+    assert hybrid.id == semantic.id == bees.id
+    assert isinstance(hybrid.explain, Explain) and isinstance(semantic.explain, Explain)
+    assert hybrid.explain.cosine == hybrid.similarity
+    # "Dan" matched: hybrid raises the cosine by the keyword match's strength.
+    assert hybrid.explain.keyword is not None and 0 < hybrid.explain.keyword <= 1
+    assert hybrid.explain.score > hybrid.explain.cosine
+    assert semantic.explain == Explain(
+        cosine=semantic.similarity, keyword=None, score=semantic.similarity
+    )  # type: ignore[arg-type]
+    assert hybrid.to_dict()["explain"] == {
+        "cosine": hybrid.explain.cosine,
+        "keyword": hybrid.explain.keyword,
+        "score": hybrid.explain.score,
+    }
+    assert [i.get("explain") for i in recorder.inputs("memory.search")] == [None, True, True]
 
 
 def test_get_all_pages_with_cursor_and_iter_all_follows_them(

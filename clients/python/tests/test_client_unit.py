@@ -7,6 +7,7 @@ import datetime
 
 import pytest
 from memsvc_client import BadRequest
+from memsvc_client import Explain
 from memsvc_client import Memory
 from memsvc_client import MemsvcError
 from memsvc_client import RateLimited
@@ -31,6 +32,7 @@ WIRE = {
     "expiresAt": "2026-12-01T00:00:00.000Z",
     "similarity": 0.5,
     "matchedBy": ["keyword"],
+    "explain": {"cosine": 0.5, "keyword": None, "score": 0.5},
 }
 
 
@@ -39,6 +41,7 @@ def test_from_wire_sets_every_field() -> None:
     assert set(vars(m)) == {f.name for f in dataclasses.fields(Memory)}
     assert m.updated_at == datetime.datetime(2026, 11, 23, 11, 24, 3, 154000, tzinfo=datetime.UTC)
     assert m.updated_at.tzinfo is datetime.UTC and m.matched_by == ("keyword",)
+    assert m.explain == Explain(cosine=0.5, keyword=None, score=0.5)
     assert m == Memory(**{f.name: getattr(m, f.name) for f in dataclasses.fields(Memory)})
     assert m.to_dict() == {
         **{k: v for k, v in WIRE.items() if k != "idpUserId"},
