@@ -23,6 +23,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from ._core import DEFAULT_MODE
+from ._core import MODES
+from ._core import Mode
 from ._version import __version__
 from .aio import AsyncMemsvc
 from .errors import MemsvcError
@@ -42,11 +45,22 @@ Limit = t.Annotated[int | None, Field(description="How many at most (1 to 100)."
 Threshold = t.Annotated[
     float | None,
     Field(
-        description="Least cosine similarity, 0 to 1; omit for the deployment's recommended one.",
+        description="Least cosine similarity (0 to 1) a result must have, in every mode. "
+        "Usually omit it: semantic and hybrid searches then use the threshold the "
+        "deployment recommends for its embedding model, and keyword searches have no floor.",
         ge=0,
         le=1,
     ),
 ]
+ExplainFlag = t.Annotated[
+    bool,
+    Field(
+        description="Also show, per result, why it ranked there: its cosine, its keyword "
+        "match's strength (null: no query word matched) and the score its mode ranked by."
+    ),
+]
+#: Replaced per server by :func:`mode_type` (the default it names may be set).
+SearchMode = t.Annotated[Mode | None, Field(description="How to match.")]
 Filter = t.Annotated[
     dict[str, t.Any] | None,
     Field(
@@ -70,11 +84,35 @@ def _json(value: t.Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def mode_type(default: Mode) -> t.Any:
+    """The ``mode`` argument's type, its description naming this server's default."""
+    return t.Annotated[
+        Mode | None,
+        Field(
+            description=f"How to match (default: {default}). hybrid: by meaning, ranking "
+            "higher the memories that hold the query's words (names, numbers, codes); "
+            "semantic: by meaning only; keyword: only memories holding the query's words, "
+            "however different in meaning."
+        ),
+    ]
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
 def compact(memory: Memory) -> dict[str, t.Any]:
     """A memory as a tool shows it: no user id (implied), no empty fields."""
     out: dict[str, t.Any] = {"id": memory.id, "content": memory.content}
     if memory.similarity is not None:
         out["similarity"] = round(memory.similarity, 4)
+    if memory.explain is not None:
+        e = memory.explain
+        out["explain"] = {
+            "cosine": _round(e.cosine),
+            "keyword": _round(e.keyword),
+            "score": _round(e.score),
+        }
     if memory.metadata:
         out["metadata"] = memory.metadata
     out["createdAt"] = format_time(memory.created_at)
@@ -109,12 +147,25 @@ def tools(client: AsyncMemsvc) -> list[tuple[Tool, ToolAnnotations]]:
         user_id: UserId,
         query: Query,
         limit: Limit = None,
+        mode: SearchMode = None,
         threshold: Threshold = None,
         filter: Filter = None,
+        explain: ExplainFlag = False,
     ) -> str:
-        """Find the user's memories closest in meaning to the query, most similar first."""
-        found = await client.search(user_id, query, limit=limit, threshold=threshold, filter=filter)
+        """Find the user's memories that answer the query, best match first."""
+        found = await client.search(
+            user_id,
+            query,
+            limit=limit,
+            mode=mode,
+            threshold=threshold,
+            filter=filter,
+            explain=explain,
+        )
         return _json([compact(m) for m in found])
+
+    # The description of mode names the client's default, known only now.
+    search_memories.__annotations__["mode"] = mode_type(client.default_mode)
 
     async def list_memories(user_id: UserId, limit: Limit = None, cursor: Cursor = None) -> str:
         """List the user's memories, newest first; pass nextCursor to get the next page."""
@@ -222,6 +273,12 @@ def parse_args(argv: t.Sequence[str] | None = None) -> argparse.Namespace:
         "without it each tool takes a user_id argument",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP request")
+    parser.add_argument(
+        "--default-mode",
+        choices=MODES,
+        default=DEFAULT_MODE,
+        help=f"search mode when the model names none (default: {DEFAULT_MODE})",
+    )
     args = parser.parse_args(argv)
     if not args.url:
         parser.error("no memsvc URL: pass --url or set MEMSVC_URL")
@@ -232,7 +289,9 @@ def parse_args(argv: t.Sequence[str] | None = None) -> argparse.Namespace:
 
 async def serve(args: argparse.Namespace) -> None:
     """Serve MCP on stdin/stdout until the host closes them."""
-    async with AsyncMemsvc(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+    async with AsyncMemsvc(
+        args.url, api_key=args.api_key, timeout=args.timeout, default_mode=args.default_mode
+    ) as client:
         await build_server(client, args.user_id).run_stdio_async()
 
 

@@ -12,6 +12,12 @@ import sys
 import typing as t
 
 import pytest
+from client_support import BEES
+from client_support import BUDGET
+from client_support import PETS
+from client_support import RECOMMENDED
+from client_support import WIRE_DEFAULT
+from client_support import ZEBRA
 from client_support import refused_url
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -26,7 +32,10 @@ pytestmark = pytest.mark.e2e
 COMMAND = str(pathlib.Path(sys.executable).parent / "memsvc-mcp")
 TOOLS = {
     "add_memory": ({"content", "metadata"}, ["content"]),
-    "search_memories": ({"query", "limit", "threshold", "filter"}, ["query"]),
+    "search_memories": (
+        {"query", "limit", "mode", "threshold", "filter", "explain"},
+        ["query"],
+    ),
     "list_memories": ({"limit", "cursor"}, []),
     "get_memory": ({"id"}, ["id"]),
     "update_memory": ({"id", "content", "metadata"}, ["id"]),
@@ -38,14 +47,15 @@ MISSING = "00000000-0000-4000-8000-000000000000"
 
 @contextlib.asynccontextmanager
 async def mcp(
-    url: str, key: str, user_id: str | None, errlog: pathlib.Path
+    url: str, key: str, user_id: str | None, errlog: pathlib.Path, *args: str
 ) -> t.AsyncIterator[Client]:
     """A session with a memsvc-mcp subprocess configured through its environment."""
     env = {"MEMSVC_URL": url, "MEMSVC_API_KEY": key}
     if user_id is not None:
         env["MEMSVC_USER_ID"] = user_id
+    params = StdioServerParameters(command=COMMAND, args=list(args), env=env)
     with errlog.open("a") as err:
-        async with Client(stdio_client(StdioServerParameters(command=COMMAND, env=env), err)) as c:
+        async with Client(stdio_client(params, err)) as c:
             yield c
 
 
@@ -86,6 +96,13 @@ def test_the_tools_and_their_input_schemas(
     )
     assert for_one_user["delete_memory"].annotations.destructive_hint is True
     assert for_one_user["search_memories"].annotations.read_only_hint is True
+
+    search = for_one_user["search_memories"].input_schema["properties"]
+    assert search["mode"]["anyOf"][0]["enum"] == ["semantic", "keyword", "hybrid"]
+    assert "(default: hybrid)" in search["mode"]["description"]
+    threshold = search["threshold"]["description"]
+    assert "recommends" in threshold and "keyword searches have no floor" in threshold
+    assert search["explain"]["type"] == "boolean" and search["explain"]["default"] is False
 
     for_each_call = run(listed(None))
     assert set(for_each_call) == set(TOOLS)
@@ -158,6 +175,54 @@ def test_add_search_list_get_update_delete(
     assert set(stored) == {cello["id"], tea["id"]}
     assert stored[tea["id"]].content == "Alice drinks oolong"
     assert stored[cello["id"]].metadata == {"kind": "music"}
+
+
+def test_search_defaults_hybrid_recommended_threshold_no_keyword_floor_and_explain(
+    server: Server, api_key: str, user: str, memsvc: Memsvc, tmp_path: pathlib.Path
+) -> None:
+    bees = memsvc.add(user, BEES)
+    budget = memsvc.add(user, BUDGET)
+
+    async def scenario() -> dict[str, t.Any]:
+        out: dict[str, t.Any] = {}
+        async with mcp(server.url, api_key, user, tmp_path / "err.log") as client:
+
+            async def search(**arguments: t.Any) -> t.Any:
+                return ok(await client.call_tool("search_memories", arguments))
+
+            out["natural"] = await search(query=PETS)
+            out["given"] = await search(query=PETS, threshold=WIRE_DEFAULT)
+            out["keyword"] = await search(query=ZEBRA, mode="keyword")
+            out["hybrid"] = await search(query=ZEBRA)
+            out["explained"] = await search(query=PETS, explain=True)
+            out["semantic"] = await search(query=PETS, explain=True, mode="semantic")
+        semantic_server = ("--default-mode", "semantic")
+        async with mcp(server.url, api_key, user, tmp_path / "err.log", *semantic_server) as c:
+            arguments = {"query": PETS, "explain": True}
+            out["semantic_server"] = ok(await c.call_tool("search_memories", arguments))
+        return out
+
+    out = run(scenario())
+    # No threshold: the recommended one, not the wire's 0.7.
+    assert [m["id"] for m in out["natural"]] == [bees.id]
+    assert RECOMMENDED <= out["natural"][0]["similarity"] < WIRE_DEFAULT
+    assert out["given"] == []
+    # Keyword mode: no floor; hybrid keeps the recommended one.
+    assert [m["id"] for m in out["keyword"]] == [budget.id]
+    assert out["keyword"][0]["similarity"] < RECOMMENDED
+    assert out["hybrid"] == []
+    # Hybrid by default (the keyword match raised the score); mode or --default-mode overrides.
+    (explained,) = out["explained"]
+    assert explained["explain"]["cosine"] == explained["similarity"]
+    assert explained["explain"]["keyword"] > 0
+    assert explained["explain"]["score"] > explained["similarity"]
+    for semantic in (out["semantic"], out["semantic_server"]):
+        assert semantic[0]["explain"] == {
+            "cosine": explained["similarity"],
+            "keyword": None,
+            "score": explained["similarity"],
+        }
+    assert "explain" not in out["natural"][0]
 
 
 def test_delete_all_needs_confirm_and_spares_other_users(
