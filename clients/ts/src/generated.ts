@@ -238,10 +238,15 @@ export interface SearchInput {
    */
   limit?: number;
   /**
+   * A floor on each result's cosine similarity, in every mode. Omitted: the server's default threshold in semantic and hybrid mode (service.info's defaults.threshold), no floor in keyword mode.
    * 0 to 1.
-   * @default 0.7
    */
   threshold?: number;
+  /**
+   * Also answer, per result, why it ranked where it did.
+   * @default false
+   */
+  explain?: boolean;
 }
 
 export interface SearchResult {
@@ -277,6 +282,21 @@ export interface SearchResult {
   similarity: number;
   /** Which searches found it (keyword and hybrid modes). */
   matchedBy?: Array<"keyword" | "semantic">;
+  /** Why it ranked where it did; only with explain: true. */
+  explain?: {
+    /**
+     * The cosine similarity (equal to similarity).
+     * 0 to 1.
+     */
+    cosine: number;
+    /**
+     * The keyword match's strength among the user's own memories, normalised into [0, 1]; null when no query word matched (or in semantic mode).
+     * 0 to 1.
+     */
+    keyword: number | null;
+    /** What the mode ranked by: the cosine (semantic), the keyword strength (keyword), their fusion (hybrid). */
+    score: number;
+  };
 }
 
 export interface ServiceInfo {
