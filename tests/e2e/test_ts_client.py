@@ -18,7 +18,9 @@ import subprocess
 import pytest
 import requests
 
+from tests.support.fake_provider import FakeProvider
 from tests.support.servers import REPO
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +77,7 @@ def procedures(document: dict) -> set[str]:
 def test_the_examples_compile_under_strict(examples):
     assert (examples / "every-procedure.js").is_file()
     assert (examples / "quickstart.js").is_file()
+    assert (examples / "search-defaults.js").is_file()
 
 
 def test_a_misspelt_field_does_not_compile():
@@ -142,6 +145,84 @@ def test_the_quickstart_prints_what_the_docs_say(server, examples):
         MEMSVC_API_KEY=server.create_key("tenant-Q", "quickstart"),
     )
     assert re.fullmatch(r"\[ 'Carol likes jazz \(0\.\d\d\)' \]\nNOT_FOUND 404\n", out), out
+
+
+RECOMMENDED = 0.35  # service.info's recommendedThreshold for the bundled model
+WIRE_DEFAULT = 0.7  # the server's default threshold
+
+
+def searches(out: dict) -> list[dict]:
+    """The inputs of the memory.search calls sent, without the user id."""
+    return [
+        {k: v for k, v in call["input"].items() if k != "userId"}
+        for call in out["sent"]
+        if call["path"] == "memory.search"
+    ]
+
+
+@pytest.mark.parametrize("batch", ["0", "1"], ids=["httpLink", "httpBatchLink"])
+def test_searches_default_to_hybrid_and_the_recommended_threshold(server, examples, batch):
+    out = json.loads(
+        run(
+            "search-defaults.js",
+            cwd=examples,
+            MEMSVC_URL=server.url,
+            MEMSVC_API_KEY=server.create_key("tenant-S", f"defaults-{batch}"),
+            MEMSVC_BATCH=batch,
+        )
+    )
+    bees, budget = out["ids"]["bees"], out["ids"]["budget"]
+    pets = "Does Dan have any pets?"
+    # A natural question, no threshold: found, though under the server's default.
+    (natural,) = out["natural"]
+    assert natural["id"] == bees and RECOMMENDED <= natural["similarity"] < WIRE_DEFAULT
+    assert natural["matchedBy"] == ["keyword", "semantic"]  # hybrid
+    assert out["strict"] == []  # 0.7, given, is sent as given
+    # Keyword mode, no threshold: no floor, whatever the cosine.
+    (keyword,) = out["keyword"]
+    assert keyword["id"] == budget and keyword["similarity"] < RECOMMENDED
+    assert out["hybrid"] == []  # hybrid keeps the recommended floor
+    explained = out["explained"]
+    assert explained["explain"]["cosine"] == explained["similarity"]
+    assert 0 < explained["explain"]["keyword"] <= 1
+    assert explained["explain"]["score"] > explained["similarity"]
+    assert "matchedBy" not in out["semantic"][0] and "matchedBy" not in out["otherDefault"][0]
+    assert searches(out) == [
+        {"query": pets, "threshold": WIRE_DEFAULT, "mode": "hybrid"},
+        {"query": "zebra", "mode": "keyword"},
+        {"query": pets, "mode": "hybrid", "threshold": RECOMMENDED},
+        {"query": "zebra", "mode": "hybrid", "threshold": RECOMMENDED},
+        {"query": pets, "explain": True, "mode": "hybrid", "threshold": RECOMMENDED},
+        {"query": pets, "mode": "semantic", "threshold": RECOMMENDED},
+        {"query": pets, "mode": "semantic", "threshold": RECOMMENDED},  # defaultMode
+    ]
+    # service.info once per client, before the first search that needed it.
+    paths = [call["path"] for call in out["sent"]]
+    assert paths.count("service.info") == 2
+    assert paths[0] == "service.info" and paths[-2] == "service.info"
+
+
+def test_a_server_recommending_no_threshold_gets_none(examples, tmp_path):
+    # A model memsvc has not measured: service.info's recommendedThreshold is
+    # null, so searches go without one and the server's default applies.
+    with FakeProvider(delay=0) as provider:
+        server = start_server(tmp_path, **provider.settings)
+        try:
+            out = json.loads(
+                run(
+                    "search-defaults.js",
+                    cwd=examples,
+                    MEMSVC_URL=server.url,
+                    MEMSVC_API_KEY=server.create_key("tenant-U", "unmeasured"),
+                )
+            )
+        finally:
+            server.stop()
+    sent = searches(out)
+    assert [call.get("threshold") for call in sent] == [WIRE_DEFAULT] + [None] * 6
+    assert [call["mode"] for call in sent] == ["hybrid", "keyword"] + ["hybrid"] * 3 + [
+        "semantic"
+    ] * 2
 
 
 def test_refused_calls_are_retried_after_retry_after_and_every_write_lands(server, examples):

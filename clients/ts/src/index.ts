@@ -4,12 +4,19 @@ import { createTRPCClient, httpBatchLink, httpLink } from "@trpc/client";
 import type { TRPCClient } from "@trpc/client";
 
 import { memsvcFetcher } from "./fetch.js";
-import type { AppRouter } from "./generated.js";
+import type { AppRouter, SearchResult } from "./generated.js";
+import { searchDefaultsLink } from "./search.js";
+import type { SearchMode } from "./search.js";
 
 export { TRPCClientError, isTRPCClientError } from "@trpc/client";
 export { TRPC_CODES, memsvcFetch, memsvcFetcher, retryAfterSeconds } from "./fetch.js";
 export type { RetryOptions } from "./fetch.js";
+export { DEFAULT_SEARCH_MODE, searchDefaultsLink } from "./search.js";
+export type { SearchDefaultsOptions, SearchMode } from "./search.js";
 export type * from "./generated.js";
+
+/** Why a search result ranked where it did: `explain` of a search with `explain: true`. */
+export type SearchExplanation = NonNullable<SearchResult["explain"]>;
 
 export interface MemsvcClientOptions {
   /** The server's root URL, e.g. `http://127.0.0.1:8000`; the client adds `/trpc`. */
@@ -36,12 +43,22 @@ export interface MemsvcClientOptions {
   maxRetries?: number;
   /** A Retry-After longer than this many seconds is not waited for. Default: 60. */
   maxRetryWait?: number;
+  /**
+   * The mode of a `memory.search` that names none. Default: `DEFAULT_SEARCH_MODE`,
+   * "hybrid". (A search without `threshold` gets the one `service.info` recommends
+   * for the deployment's model, in semantic and hybrid mode: see `searchDefaultsLink`.)
+   */
+  defaultMode?: SearchMode;
 }
 
 /** A memsvc client: `client.memory.add.mutate({ userId, content })` and so on. */
 export type MemsvcClient = TRPCClient<AppRouter>;
 
-/** A @trpc/client proxy for a memsvc server, typed by memsvc's router. */
+/**
+ * A @trpc/client proxy for a memsvc server, typed by memsvc's router. Searches
+ * that name no mode are hybrid (or `defaultMode`); semantic and hybrid searches
+ * without a threshold use the one the deployment recommends for its model.
+ */
 export function createMemsvcClient(options: MemsvcClientOptions): MemsvcClient {
   const headers: Record<string, string> = { ...options.headers };
   if (options.apiKey) headers["x-api-key"] = options.apiKey;
@@ -58,5 +75,7 @@ export function createMemsvcClient(options: MemsvcClientOptions): MemsvcClient {
     options.batch === false
       ? httpLink(common)
       : httpBatchLink({ ...common, maxItems: options.maxBatchSize ?? 100 });
-  return createTRPCClient<AppRouter>({ links: [link] });
+  return createTRPCClient<AppRouter>({
+    links: [searchDefaultsLink({ defaultMode: options.defaultMode }), link],
+  });
 }
