@@ -26,6 +26,8 @@ pytestmark = pytest.mark.e2e
 
 PACKAGE = REPO / "clients" / "ts"
 TSC = PACKAGE / "node_modules" / "typescript" / "bin" / "tsc"
+RECOMMENDED = 0.35  # service.info's recommendedThreshold for the bundled model
+WIRE_DEFAULT = 0.7  # the server's default threshold
 
 
 def node() -> str:
@@ -144,11 +146,10 @@ def test_the_quickstart_prints_what_the_docs_say(server, examples):
         MEMSVC_URL=server.url,
         MEMSVC_API_KEY=server.create_key("tenant-Q", "quickstart"),
     )
-    assert re.fullmatch(r"\[ 'Carol likes jazz \(0\.\d\d\)' \]\nNOT_FOUND 404\n", out), out
-
-
-RECOMMENDED = 0.35  # service.info's recommendedThreshold for the bundled model
-WIRE_DEFAULT = 0.7  # the server's default threshold
+    match = re.fullmatch(r"\[ 'Carol likes jazz \((0\.\d\d)\)' \]\nNOT_FOUND 404\n", out)
+    assert match, out
+    # Found with no threshold given, though under the server's default (0.7).
+    assert RECOMMENDED <= float(match.group(1)) < WIRE_DEFAULT
 
 
 def searches(out: dict) -> list[dict]:
@@ -242,6 +243,20 @@ def test_the_docs_show_the_quickstart_as_compiled():
     docs = (REPO / "docs" / "clients.md").read_text()
     example = (PACKAGE / "examples" / "quickstart.ts").read_text()
     assert f"```ts\n{example}```" in docs
+
+
+def test_the_readme_example_runs_as_written(server, examples):
+    readme = (PACKAGE / "README.md").read_text()
+    (code,) = re.findall(r"```ts\n(.*?)```", readme, re.S)
+    # Next to the compiled examples, where "memsvc-client" is the package.
+    (examples / "readme.mts").write_text(code.replace("http://127.0.0.1:8000", server.url))
+    flags = ["--strict", "--module", "nodenext", "--moduleResolution", "nodenext"]
+    flags += ["--target", "es2022", "--skipLibCheck", "--types", "node"]
+    flags += ["--typeRoots", str(PACKAGE / "node_modules" / "@types")]
+    run(TSC, *flags, "readme.mts", cwd=examples)  # .mts: an ES module
+    out = run("readme.mjs", cwd=examples, MEMSVC_API_KEY=server.create_key("tenant-M", "readme"))
+    # The question scores about 0.6 with the memory: found with no threshold given.
+    assert out == "[ 'Carol likes jazz' ]\n"
 
 
 def test_the_committed_types_are_what_the_servers_document_gives(document, tmp_path):

@@ -8,7 +8,8 @@ const memsvc = createMemsvcClient({
 });
 
 const added = await memsvc.memory.add.mutate({ userId: "carol", content: "Carol likes jazz" });
-const found = await memsvc.memory.search.query({ userId: "carol", query: "music taste", threshold: 0.2 });
+// No mode, no threshold: hybrid, with the threshold service.info recommends for the model.
+const found = await memsvc.memory.search.query({ userId: "carol", query: "What should I play at Carol's party?" });
 console.log(found.map((m) => `${m.content} (${m.similarity.toFixed(2)})`));
 
 await memsvc.memory.delete.mutate({ id: added.id });
