@@ -290,11 +290,11 @@ export interface SearchResult {
      */
     cosine: number;
     /**
-     * The keyword match's strength among the user's own memories, normalised into [0, 1]; null when no query word matched (or in semantic mode).
+     * The keyword match's strength in [0, 1]: the share of the query's words, each weighted by its rarity among the user's own memories, that the memory holds; null when no query word matched (and in semantic mode).
      * 0 to 1.
      */
     keyword: number | null;
-    /** What the mode ranked by: the cosine (semantic), the keyword strength (keyword), their fusion (hybrid). */
+    /** What the mode ranked by: the cosine (semantic), the BM25 score (keyword), the cosine plus 0.5 x the keyword strength squared (hybrid). */
     score: number;
   };
 }
