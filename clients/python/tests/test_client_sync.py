@@ -96,7 +96,8 @@ def test_search_ranks_filters_and_sends_mode(
         memsvc.add(user, "Bob runs ten kilometres every morning", metadata={"kind": "sport"})
         memsvc.add(user, "Bob's favourite pasta is carbonara", metadata={"kind": "food"})
 
-        found = memsvc.search(user, "Which race is Bob running?", threshold=0.0)
+        # Semantic: ranked by similarity alone (hybrid, the default, adds keyword strength).
+        found = memsvc.search(user, "Which race is Bob running?", threshold=0.0, mode="semantic")
         assert len(found) == 3
         similarities = [m.similarity for m in found]
         assert all(s is not None and 0 <= s <= 1 for s in similarities)
