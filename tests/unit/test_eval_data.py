@@ -7,6 +7,7 @@ the rules that can be checked mechanically are checked here.
 from __future__ import annotations
 
 import collections
+import datetime
 import json
 import pathlib
 import re
@@ -135,4 +136,135 @@ def test_file_is_well_formed(path: pathlib.Path):
             )
             assert len(shared) <= MAX_SHARED_WORDS, (
                 f"{where}: a paraphrase shares {sorted(shared)} with its answer"
+            )
+
+
+# -- conversations: multi-session dialogue, one memory per turn ---------------
+
+CONVERSATIONS = sorted((EVAL_DIR / "conversations").glob("*.jsonl"))
+CONVERSATION_CATEGORIES = ("single_fact", "temporal", "multi_hop", "updated", "paraphrase")
+SESSION_FIELDS = {"kind", "id", "date", "speakers"}
+TURN_FIELDS = {"kind", "id", "session", "content"}
+CONVERSATION_QUESTION_FIELDS = {"kind", "id", "category", "question", "evidence", "answer"}
+TURN = re.compile(r"\[(\d{4}-\d{2}-\d{2})\] ([^\W\d_][\w'.-]*): (\S.*)")
+# A temporal question asks for a date or a span of time.
+TEMPORAL = re.compile(
+    r"(when|how long|how many (days|weeks|months)|on what date|what (day|date))\b"
+)
+# A question is phrased afresh, not lifted from its evidence: no run of this
+# many words appears in an evidence turn.
+COPIED_WORDS = 6
+
+
+def turn_text(content: str) -> str:
+    """What the speaker said, without the date and the speaker's name."""
+    match = TURN.fullmatch(content)
+    assert match, content
+    return match.group(3)
+
+
+def test_the_conversations_are_long_and_the_questions_many():
+    assert len(CONVERSATIONS) >= 6
+    categories: collections.Counter[str] = collections.Counter()
+    for path in CONVERSATIONS:
+        records = read(path)
+        sessions = [r for r in records if r.get("kind") == "session"]
+        turns = [r for r in records if r.get("kind") == "memory"]
+        assert len(sessions) >= 10, f"{path.name}: at least 10 sessions"
+        assert len(turns) >= 200, f"{path.name}: at least 200 turns"
+        dates = [datetime.date.fromisoformat(s["date"]) for s in sessions]
+        assert (max(dates) - min(dates)).days >= 90, f"{path.name}: sessions span months"
+        categories.update(r.get("category") for r in records if r.get("kind") == "question")
+    assert sum(categories.values()) >= 250
+    assert set(categories) == set(CONVERSATION_CATEGORIES)
+    assert min(categories.values()) >= 40, categories
+
+
+@pytest.mark.parametrize("path", CONVERSATIONS, ids=[p.stem for p in CONVERSATIONS])
+def test_conversation_is_well_formed(path: pathlib.Path):
+    assert re.fullmatch(r"[a-z]+(-[a-z]+)*", path.stem), "user ids: lower-case words and dashes"
+    records = read(path)
+    sessions: dict[str, dict] = {}
+    turns: dict[str, str] = {}  # id -> content
+    order: dict[str, int] = {}  # id -> position in the conversation
+    session = None
+    last_date = None
+    for r in records:
+        where = f"{path.name} {r.get('id')}"
+        if r.get("kind") == "session":
+            assert set(r) == SESSION_FIELDS, where
+            assert r["id"] == f"s{len(sessions) + 1}", f"{where}: sessions are s1, s2, ... in order"
+            date = datetime.date.fromisoformat(r["date"])
+            assert last_date is None or date > last_date, f"{where}: sessions in date order"
+            speakers = r["speakers"]
+            assert isinstance(speakers, list) and len(set(speakers)) == len(speakers) >= 2, where
+            session, last_date, turn = r, date, 0
+            sessions[r["id"]] = r
+        elif r.get("kind") == "memory":
+            assert set(r) == TURN_FIELDS, where
+            assert session is not None and r["session"] == session["id"], (
+                f"{where}: a turn follows its own session's record"
+            )
+            turn += 1
+            assert r["id"] == f"{session['id']}t{turn}", f"{where}: turns are <session>t1, t2, ..."
+            match = TURN.fullmatch(r["content"])
+            assert match, f"{where}: not '[<date>] <speaker>: <text>'"
+            assert match.group(1) == session["date"], f"{where}: not its session's date"
+            assert match.group(2) in session["speakers"], f"{where}: unknown speaker"
+            assert r["content"] not in turns.values(), f"{where}: duplicate turn"
+            order[r["id"]] = len(turns)
+            turns[r["id"]] = r["content"]
+        else:
+            assert r.get("kind") == "question", f"{where}: kind must be session, memory or question"
+    assert all(any(t.startswith(f"{s}t") for t in turns) for s in sessions), (
+        f"{path.name}: an empty session"
+    )
+
+    question_ids: set[str] = set()
+    for r in records:
+        if r["kind"] != "question":
+            continue
+        where = f"{path.name} {r['id']}"
+        assert re.fullmatch(r"q[1-9][0-9]*", r["id"]), where
+        assert r["id"] not in question_ids, f"{where}: duplicate id"
+        question_ids.add(r["id"])
+        category = r.get("category")
+        assert category in CONVERSATION_CATEGORIES, f"{where}: category {category!r}"
+        extra = {"superseded"} if category == "updated" else set()
+        assert set(r) == CONVERSATION_QUESTION_FIELDS | extra, where
+        assert isinstance(r["question"], str) and r["question"].strip(), where
+        assert isinstance(r["answer"], str) and r["answer"].strip(), where
+        evidence = r["evidence"]
+        assert isinstance(evidence, list) and evidence, f"{where}: needs evidence"
+        assert len(set(evidence)) == len(evidence), f"{where}: repeated evidence"
+        missing = [e for e in evidence if e not in turns]
+        assert not missing, f"{where}: evidence {missing} are not turns of this conversation"
+
+        question = r["question"].lower().split()
+        runs = {" ".join(question[i : i + COPIED_WORDS]) for i in range(len(question))}
+        for e in evidence:
+            said = " ".join(turn_text(turns[e]).lower().split())
+            copied = [run for run in runs if len(run.split()) == COPIED_WORDS and run in said]
+            assert not copied, f"{where}: copied from {e}: {copied}"
+
+        if category == "temporal":
+            assert TEMPORAL.match(r["question"].lower()), f"{where}: not a question of time"
+        elif category == "multi_hop":
+            assert len(evidence) >= 2, f"{where}: multi-hop needs two or more turns"
+        elif category == "updated":
+            # The answer is the latest statement; what it replaced came before.
+            superseded = r["superseded"]
+            assert isinstance(superseded, list) and superseded, f"{where}: needs superseded"
+            assert all(s in turns for s in superseded), f"{where}: unknown superseded turn"
+            assert not set(superseded) & set(evidence), f"{where}: superseded and evidence"
+            latest = max(order[e] for e in evidence)
+            assert all(order[s] < latest for s in superseded), (
+                f"{where}: a superseded turn comes after the latest statement"
+            )
+        elif category == "paraphrase":
+            shared = content_words(r["question"]) & set().union(
+                *(content_words(turn_text(turns[e])) for e in evidence)
+            )
+            assert len(shared) <= MAX_SHARED_WORDS, (
+                f"{where}: a paraphrase shares {sorted(shared)} with its evidence"
             )
