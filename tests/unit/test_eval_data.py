@@ -268,3 +268,113 @@ def test_conversation_is_well_formed(path: pathlib.Path):
             assert len(shared) <= MAX_SHARED_WORDS, (
                 f"{where}: a paraphrase shares {sorted(shared)} with its evidence"
             )
+
+
+# -- near misses: the answer among look-alikes -----------------------------------
+
+NEAR_MISS = sorted((EVAL_DIR / "near-miss").glob("*.jsonl"))
+NEAR_MISS_CATEGORIES = ("name", "code", "number", "date")
+NEAR_MISS_QUESTION_FIELDS = {"kind", "id", "category", "question", "answers", "term", "near_misses"}
+# Look-alikes: at most this many edits apart, or beginning with the same two characters.
+MAX_EDITS = 2
+# An answer and each of its near misses share at least this share of their
+# words (the key terms left out; of the shorter memory's words).
+MIN_SHARED = 0.3
+
+
+def edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions, adjacent swaps."""
+    d = [[i + j if not i or not j else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])
+            )
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def alike(a: str, b: str) -> bool:
+    a, b = a.lower(), b.lower()
+    return edits(a, b) <= MAX_EDITS or a[:2] == b[:2]
+
+
+def holds(text: str, term: str) -> bool:
+    """``term`` in ``text``, case-insensitively, not as part of a longer word or number."""
+    return re.search(rf"(?<!\w){re.escape(term.lower())}(?!\w)", text.lower()) is not None
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def test_edits_and_look_alikes():
+    assert edits("INV-20418", "INV-20481") == 1
+    assert edits("Radomir", "Radoslav") == 4 and alike("Radomir", "Radoslav")
+    assert alike("LH 2417", "LX 2417") and not alike("Smith", "Okafor")
+    assert holds("Flight LH 2417 leaves at 7", "lh 2417")
+    assert not holds("on 13 May", "3 May") and not holds("LH 2417X", "LH 2417")
+
+
+def test_the_near_miss_set_is_large():
+    questions: collections.Counter[str] = collections.Counter()
+    for path in NEAR_MISS:
+        questions.update(r["category"] for r in read(path) if r.get("kind") == "question")
+    assert len(NEAR_MISS) >= 8
+    assert sum(questions.values()) >= 60
+    assert set(questions) == set(NEAR_MISS_CATEGORIES)
+
+
+@pytest.mark.parametrize("path", NEAR_MISS, ids=[p.stem for p in NEAR_MISS])
+def test_near_miss_file_follows_the_rules(path: pathlib.Path):
+    assert re.fullmatch(r"[a-z]+(-[a-z]+)*", path.stem), "user ids: lower-case words and dashes"
+    records = read(path)
+    memories: dict[str, dict] = {}
+    topics: dict[str, list[dict]] = collections.defaultdict(list)
+    question_ids: set[str] = set()
+    for r in records:
+        where = f"{path.name} {r.get('id')}"
+        if r.get("kind") == "memory":
+            assert set(r) in (MEMORY_FIELDS, MEMORY_FIELDS | {"topic", "term"}), where
+            assert re.fullmatch(r"m[1-9][0-9]*", r["id"]) and r["id"] not in memories, where
+            memories[r["id"]] = r
+            if "topic" in r:
+                assert holds(r["content"], r["term"]), f"{where}: its term is not in it"
+                topics[r["topic"]].append(r)
+        else:
+            assert r.get("kind") == "question", f"{where}: kind must be memory or question"
+            assert set(r) == NEAR_MISS_QUESTION_FIELDS, where
+            assert re.fullmatch(r"q[1-9][0-9]*", r["id"]) and r["id"] not in question_ids, where
+            question_ids.add(r["id"])
+    texts = collections.Counter(" ".join(m["content"].lower().split()) for m in memories.values())
+    assert not [t for t, n in texts.items() if n > 1], f"{path.name}: duplicate memory texts"
+    for topic, group in topics.items():
+        terms = [m["term"].lower() for m in group]
+        assert len(set(terms)) == len(terms), f"{path.name} {topic}: two memories share a term"
+
+    for r in records:
+        if r["kind"] != "question":
+            continue
+        where = f"{path.name} {r['id']}"
+        category, term = r["category"], r["term"]
+        assert category in NEAR_MISS_CATEGORIES, f"{where}: category {category!r}"
+        assert any(ch.isdigit() for ch in term) == (category != "name"), (
+            f"{where}: names have no digits; codes, numbers and dates have"
+        )
+        assert len(r["answers"]) == 1, f"{where}: one answer"
+        answer = memories[r["answers"][0]]
+        assert answer.get("term") == term, f"{where}: the answer's term is the question's"
+        group = topics[answer["topic"]]
+        assert sorted(r["near_misses"]) == sorted(m["id"] for m in group if m is not answer), (
+            f"{where}: near_misses are the other memories of the topic"
+        )
+        assert len(group) >= 6, f"{where}: the answer among at least 6 memories of its topic"
+        assert holds(r["question"], term), f"{where}: the term is not in the question"
+        answer_words = words(answer["content"]) - words(term)
+        for near in (memories[n] for n in r["near_misses"]):
+            assert not holds(near["content"], term), f"{where}: the term is in {near['id']}"
+            assert alike(term, near["term"]), f"{where}: {near['term']!r} does not look like it"
+            near_words = words(near["content"]) - words(near["term"])
+            overlap = len(answer_words & near_words) / min(len(answer_words), len(near_words))
+            assert overlap >= MIN_SHARED, f"{where}: {near['id']} shares too few words"
