@@ -1,9 +1,15 @@
 """Retrieval quality end to end: does memory.search find the memory that answers a question?
 
-Workload: the labelled set in tests/data/eval (see its README): 43 end users
-holding 6 to 56 memories each (640 in all), and 330 questions, each tagged
-with a category (paraphrase, exact term, near-miss distractors, non-English)
-and the memories that answer it.
+Workload: the labelled sets in tests/data/eval (see its README):
+  - facts: 43 end users holding 6 to 56 memories each (640 in all), and 330
+    questions, each tagged with a category (paraphrase, exact term,
+    near-miss distractors, non-English) and the memories that answer it;
+  - conversations: 6 end users' multi-session conversations, every dialogue
+    turn one memory (1,365 in all), and 285 questions (single fact,
+    temporal, multi-hop, updated fact, paraphrase) labelled with the turns
+    that answer them;
+  - near-miss: 10 end users (250 memories) and 69 questions hinging on a
+    name, code, number or date, each answer among six look-alikes.
 
 Everything goes through memsvc's API, as a client would use it: a fresh app
 on a temporary database (``create_app``, rate and concurrency limits off),
@@ -13,9 +19,9 @@ threshold 0 and limit 10. That is done in the default (semantic) mode and,
 if the server supports search modes, in ``keyword`` and ``hybrid`` as well;
 support is detected from the server's answers, not assumed.
 
-For the configured embedder (the bundled local model unless MEMSVC_* says
-otherwise) and each mode it prints, per category, for the English questions
-together, and for the non-English ones apart:
+For the facts set, with the configured embedder (the bundled local model
+unless MEMSVC_* says otherwise) and each mode, it prints per category, for
+the English questions together, and for the non-English ones apart:
   - recall@1 and recall@5: how often an answer is the first result / in the
     first five (a question with several answers counts its best-ranked one);
   - MRR over the 10 results (0 for a question none of whose answers came back);
@@ -29,12 +35,22 @@ together, and for the non-English ones apart:
 Then, from the semantic results on English questions, the threshold that
 maximises (related kept - unrelated passed), rounded to 0.05.
 
-    python -m bench.eval [--limit-users N] [--json PATH] [--data DIR]   # or: make eval
+For the conversations and near-miss sets it prints, per category and for
+all questions, hit@1, hit@5, hit@10 and MRR of each mode next to a plain
+Okapi BM25 computed here over each user's memories (bench.bm25), the ratio
+of hybrid's hit@5 to BM25's, how often every evidence turn of a question
+with several is in the top 10, and how often the first result is one of the
+question's decoys (a superseded statement; a look-alike).
+
+    python -m bench.eval [--set NAME ...] [--limit-users N] [--json PATH]  # or: make eval
+    python -m bench.eval --set conversations --json out.json     # one set, every figure
     MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_URL=... \
         MEMSVC_EMBEDDING_API_KEY=... python -m bench.eval      # another embedder
 
-With the bundled model on 2 cores a full run takes 15 to 60 seconds; the
-adds vary most (12 to 90 ms each), with whatever else the machine is doing.
+Only a full run (no --set, --data or --limit-users) is saved to
+bench/results/eval.txt. With the bundled model on 2 cores a full run takes
+about a minute; the adds vary most (7 to 90 ms each), with whatever else the
+machine is doing.
 """
 
 from __future__ import annotations
@@ -47,12 +63,14 @@ import json
 import math
 import os
 import pathlib
+import sys
 import tempfile
 import time
 import typing as t
 
 import numpy as np
 
+from bench import bm25
 from bench.report import recording
 
 if t.TYPE_CHECKING:
@@ -69,6 +87,9 @@ SEPARATE = "non_english"
 MODES = ("semantic", "keyword", "hybrid")
 # memory.search's threshold when the caller gives none.
 DEFAULT_THRESHOLD = 0.7
+#: Every set, in the order they run and print: "facts" (the files in DATA,
+#: the figures above) and the sets of RANKED (below).
+SETS = ("facts", "conversations", "near-miss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,15 +118,15 @@ class Hit:
     matched_by: tuple[str, ...] | None
 
 
-def load(directory: pathlib.Path) -> list[User]:
-    """Every user of the set, in file-name order."""
+def load(directory: pathlib.Path, prefix: str = "") -> list[User]:
+    """Every user of the set, in file-name order; ``prefix`` goes before each user id."""
     users = []
     for path in sorted(directory.glob("*.jsonl")):
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         memories = {r["id"]: r["content"] for r in records if r["kind"] == "memory"}
         questions = [
             Question(
-                path.stem,
+                prefix + path.stem,
                 r["id"],
                 r["category"],
                 r["question"],
@@ -117,8 +138,69 @@ def load(directory: pathlib.Path) -> list[User]:
             for r in records
             if r["kind"] == "question"
         ]
-        users.append(User(path.stem, memories, questions))
+        users.append(User(prefix + path.stem, memories, questions))
     return users
+
+
+def load_conversations(directory: pathlib.Path, prefix: str = "") -> list[User]:
+    """Every user of a conversation set: each turn a memory, each question's evidence its answers.
+
+    An ``updated`` question's superseded turns are its near misses: what a
+    search answers with when it prefers the stale statement.
+    """
+    users = []
+    for path in sorted(directory.glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        memories = {r["id"]: r["content"] for r in records if r["kind"] == "memory"}
+        questions = [
+            Question(
+                prefix + path.stem,
+                r["id"],
+                r["category"],
+                r["question"],
+                frozenset(r["evidence"]),
+                frozenset(r.get("superseded", ())),
+                len(memories),
+            )
+            for r in records
+            if r["kind"] == "question"
+        ]
+        users.append(User(prefix + path.stem, memories, questions))
+    return users
+
+
+@dataclasses.dataclass(frozen=True)
+class RankedSet:
+    """A set scored by hit@k and MRR per category, every mode next to the BM25 baseline."""
+
+    directory: pathlib.Path
+    #: In the order printed, with their labels; adding one is adding a line here.
+    categories: dict[str, str]
+    load: t.Callable[[pathlib.Path, str], list[User]]
+    #: What a question's near misses are, for the line saying how often one came first.
+    decoys: str
+
+
+RANKED = {
+    "conversations": RankedSet(
+        DATA / "conversations",
+        {
+            "single_fact": "single fact",
+            "temporal": "temporal",
+            "multi_hop": "multi-hop",
+            "updated": "updated fact",
+            "paraphrase": "paraphrase",
+        },
+        load_conversations,
+        decoys="a superseded statement",
+    ),
+    "near-miss": RankedSet(
+        DATA / "near-miss",
+        {"name": "name", "code": "code", "number": "number", "date": "date"},
+        load,
+        decoys="a look-alike",
+    ),
+}
 
 
 def spread(users: list[User], n: int) -> list[User]:
@@ -341,12 +423,117 @@ def sweep(related: list[float], unrelated: list[float]) -> list[dict[str, float]
     return rows
 
 
+# -- the other sets: hit@k and MRR, next to BM25 -------------------------------
+
+#: The name of the plain BM25 baseline among the modes (bench.bm25).
+BASELINE = "bm25"
+HIT_AT = (1, 5, 10)
+
+
+def bm25_baseline(users: list[User]) -> dict[Question, list[Hit]]:
+    """Every question of ``users`` answered by plain BM25 over its own user's memories.
+
+    A result's ``similarity`` is its BM25 score.
+    """
+    out = {}
+    for user in users:
+        ids = list(user.memories)
+        index = bm25.Index([user.memories[i] for i in ids])
+        for q in user.questions:
+            out[q] = [Hit(ids[i], score, None) for i, score in index.search(q.text, LIMIT)]
+    return out
+
+
+def ranked(questions: list[Question], hits: t.Mapping[Question, list[Hit]]) -> dict[str, t.Any]:
+    """hit@1, @5, @10 and MRR of a group of questions, and how their decoys fared.
+
+    hit@k: an answer (any one of several) is among the first k results. MRR:
+    1 / the best answer's rank, 0 if none is in the 10 results. For
+    questions with several answers, how often all of them are in the 10;
+    for those with listed decoys (``near_misses``), how often one came first.
+    """
+    out: dict[str, t.Any] = {"questions": len(questions)}
+    if not questions:
+        return out
+    ranks = [rank_of(q, hits[q]) for q in questions]
+    for k in HIT_AT:
+        out[f"hit_at_{k}"] = share(r is not None and r <= k for r in ranks)
+    out["mrr"] = sum(1 / r for r in ranks if r is not None) / len(ranks)
+    several = [q for q in questions if len(q.answers) > 1]
+    out["several_answers"] = len(several)
+    if several:
+        out["all_answers_at_10"] = share(q.answers <= {h.memory for h in hits[q]} for q in several)
+    with_decoys = [q for q in questions if q.near_misses]
+    out["with_decoys"] = len(with_decoys)
+    if with_decoys:
+        out["decoy_first"] = share(
+            bool(hits[q]) and hits[q][0].memory in q.near_misses for q in with_decoys
+        )
+    return out
+
+
+def ranked_figures(
+    spec: RankedSet, users: list[User], hits: t.Mapping[str, t.Mapping[Question, list[Hit]]]
+) -> dict[str, t.Any]:
+    """Every figure of one set, for each mode that ran and the BM25 baseline."""
+    questions = [q for u in users for q in u.questions]
+    methods: dict[str, t.Any] = {}
+    for method, method_hits in hits.items():
+        methods[method] = {
+            "categories": {
+                c: ranked([q for q in questions if q.category == c], method_hits)
+                for c in spec.categories
+            },
+            "all": ranked(questions, method_hits),
+            "questions": [
+                {
+                    "user": q.user,
+                    "id": q.id,
+                    "category": q.category,
+                    "rank": rank_of(q, method_hits[q]),
+                    "results": [[h.memory, round(h.similarity, 4)] for h in method_hits[q]],
+                }
+                for q in questions
+            ],
+        }
+    ratios: dict[str, float | None] = {}
+    if "hybrid" in methods:
+        for key in [*spec.categories, "all"]:
+            hybrid, base = (group(methods[m], key) for m in ("hybrid", BASELINE))
+            ratios[key] = hybrid["hit_at_5"] / base["hit_at_5"] if base.get("hit_at_5") else None
+    return {
+        "dataset": {
+            "users": len(users),
+            "memories": sum(len(u.memories) for u in users),
+            "questions": dict(collections.Counter(q.category for q in questions)),
+        },
+        "methods": methods,
+        "hybrid_over_bm25_hit_at_5": ratios,
+    }
+
+
+def group(method: dict[str, t.Any], key: str) -> dict[str, t.Any]:
+    """One category's figures of a method, or all questions' (``key`` "all")."""
+    return t.cast(dict[str, t.Any], method["all"] if key == "all" else method["categories"][key])
+
+
 # -- the run ------------------------------------------------------------------
 
 
-def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
-    """Store every memory, ask every question in every supported mode; all figures."""
+def run(
+    users: list[User],
+    database: str | None = None,
+    ranked: t.Mapping[str, list[User]] | None = None,
+) -> dict[str, t.Any]:
+    """Store every memory, ask every question in every supported mode; all figures.
+
+    ``users`` are the facts set's (none to leave it out); ``ranked`` maps
+    the name of each other set to run to its users. One server holds them all.
+    """
     questions = [q for u in users for q in u.questions]
+    ranked = dict(ranked or {})
+    others = [u for set_users in ranked.values() for u in set_users]
+    asked = questions + [q for u in others for q in u.questions]
     seconds: dict[str, t.Any] = {}
     started = time.perf_counter()
     with (
@@ -359,12 +546,12 @@ def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
 
         local_id: dict[str, str] = {}  # server id -> the set's id
         mark = time.perf_counter()
-        for user in users:
+        for user in users + others:
             for memory_id, content in user.memories.items():
                 local_id[api.add(user.id, content)] = memory_id
         seconds["add"] = time.perf_counter() - mark
 
-        probe = next((q for q in questions if q.category == "exact"), questions[0])
+        probe = next((q for q in asked if q.category == "exact"), asked[0])
         why_not = modes_unsupported(api, probe.user, probe.text)
         modes = MODES if why_not is None else MODES[:1]
         seconds["search"] = {}
@@ -372,7 +559,7 @@ def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
         for mode in modes:
             mark = time.perf_counter()
             hits[mode] = {}
-            for q in questions:
+            for q in asked:
                 # Semantic is the default: ask as today's clients do, without "mode".
                 results = api.results(q.user, q.text, None if mode == "semantic" else mode)
                 hits[mode][q] = [
@@ -384,6 +571,11 @@ def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
                     for r in results
                 ]
             seconds["search"][mode] = time.perf_counter() - mark
+    baseline: dict[Question, list[Hit]] = {}
+    if others:
+        mark = time.perf_counter()
+        baseline = bm25_baseline(others)
+        seconds["search"]["bm25"] = time.perf_counter() - mark
     seconds["total"] = time.perf_counter() - started
 
     by_mode = {}
@@ -423,7 +615,7 @@ def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
         }
     english = [q for q in questions if q.category != SEPARATE]
     related, unrelated = pair_similarities(english, hits["semantic"])
-    return {
+    out = {
         "embedder": {"model_id": model_id, "dimensions": dimensions},
         "dataset": {
             "users": len(users),
@@ -438,7 +630,17 @@ def run(users: list[User], database: str | None = None) -> dict[str, t.Any]:
             **best_threshold(related, unrelated),
         },
         "seconds": seconds,
+        "memories_added": sum(len(u.memories) for u in users + others),
     }
+    if not users:  # the facts set was left out
+        for key in ("dataset", "modes", "threshold"):
+            del out[key]
+    if ranked:
+        out["sets"] = {
+            name: ranked_figures(RANKED[name], set_users, {**hits, BASELINE: baseline})
+            for name, set_users in ranked.items()
+        }
+    return out
 
 
 # -- printing -----------------------------------------------------------------
@@ -463,10 +665,30 @@ def row(label: str, f: dict[str, t.Any]) -> str:
 
 
 def report(out: dict[str, t.Any]) -> None:
+    e = out["embedder"]
+    print(f"embedder: {e['model_id']} ({e['dimensions']} dimensions)")
+    if "dataset" in out:
+        report_facts(out)
+    elif out["skipped_modes"]:
+        why = next(iter(out["skipped_modes"].values()))
+        print(f"modes {', '.join(out['skipped_modes'])}: skipped, {why}")
+    for name, figures in out.get("sets", {}).items():
+        report_ranked(name, RANKED[name], figures)
+    s = out["seconds"]
+    searches = ", ".join(f"{mode} {v:.1f} s" for mode, v in s["search"].items())
+    added = out["memories_added"]
+    per_add = s["add"] / max(added, 1) * 1000
+    print()
+    print(
+        f"run time: {s['total']:.1f} s (setup {s['setup']:.1f} s, {added} adds "
+        f"{s['add']:.1f} s = {per_add:.0f} ms each, searches: {searches})"
+    )
+
+
+def report_facts(out: dict[str, t.Any]) -> None:
     d = out["dataset"]
     e = out["embedder"]
     counts = ", ".join(f"{n} {LABELS[c]}" for c, n in sorted(d["questions"].items()))
-    print(f"embedder: {e['model_id']} ({e['dimensions']} dimensions)")
     print(f"data: {d['users']} users, {d['memories']} memories, questions: {counts}")
     print(f"every search: threshold 0, limit {out['limit']}")
     th = "".join(f"{'>=' + format(x, '.1f'):>7}" for x in THRESHOLDS)
@@ -528,21 +750,92 @@ def report(out: dict[str, t.Any]) -> None:
         f"{default['related_kept']:.0%} of related pairs"
     )
     print(f"recommended threshold for {e['model_id']}: {t_['recommended']:.2f}")
-    s = out["seconds"]
-    searches = ", ".join(f"{mode} {v:.1f} s" for mode, v in s["search"].items())
-    per_add = s["add"] / max(d["memories"], 1) * 1000
-    print()
-    print(
-        f"run time: {s['total']:.1f} s (setup {s['setup']:.1f} s, {d['memories']} adds "
-        f"{s['add']:.1f} s = {per_add:.0f} ms each, searches: {searches})"
+
+
+RANKED_METRICS = {"hit_at_1": "hit@1", "hit_at_5": "hit@5", "hit_at_10": "hit@10", "mrr": "MRR"}
+
+
+def report_ranked(name: str, spec: RankedSet, r: dict[str, t.Any]) -> None:
+    """One table per figure: categories down, each mode and the BM25 baseline across."""
+    d = r["dataset"]
+    methods = list(r["methods"])
+    rows = [*spec.categories.items(), ("all", "all")]
+    counts = ", ".join(
+        f"{d['questions'].get(c, 0)} {label}" for c, label in spec.categories.items()
     )
+    print()
+    print(f"== {name}: {d['users']} users, {d['memories']} memories, questions: {counts}")
+    print(
+        f"every search: threshold 0, limit {LIMIT}; {BASELINE}: plain Okapi BM25 over each "
+        f"user's memories, computed here (k1 {bm25.K1}, b {bm25.B}, lower-cased runs of "
+        "letters and digits, no stemming)"
+    )
+    ratios = r["hybrid_over_bm25_hit_at_5"]
+
+    def table(title: str, key: str, count: str, ratio: bool = False, caption: str = "") -> None:
+        shown = [(c, label) for c, label in rows if group(r["methods"][methods[0]], c).get(count)]
+        if not shown:
+            return
+        print()
+        if caption:
+            print(caption)
+        print(
+            f"{title:<16}{'n':>5}{''.join(f'{m:>10}' for m in methods)}"
+            + (f"{'hybrid/' + BASELINE:>14}" if ratio else "")
+        )
+        for c, label in shown:
+            figs = [group(r["methods"][m], c) for m in methods]
+            line = f"{label:<16}{figs[0][count]:>5}{''.join(f'{f[key]:>10.2f}' for f in figs)}"
+            if ratio:
+                line += f"{ratios[c]:>14.2f}" if ratios.get(c) is not None else f"{'-':>14}"
+            print(line)
+
+    for key, title in RANKED_METRICS.items():
+        table(title, key, "questions", ratio=key == "hit_at_5" and bool(ratios))
+    table(
+        "all in top 10",
+        "all_answers_at_10",
+        "several_answers",
+        caption="questions with several answers: how often all of them are in the top 10",
+    )
+    table(
+        "decoy first",
+        "decoy_first",
+        "with_decoys",
+        caption=f"questions with listed decoys: how often the first result is {spec.decoys}",
+    )
+    if ratios.get("all") is not None:
+        print()
+        print(f"{name}: hybrid hit@5 / {BASELINE} hit@5 = {ratios['all']:.2f}")
 
 
-def main(argv: list[str] | None = None) -> dict[str, t.Any]:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--limit-users", type=int, default=None, metavar="N")
-    parser.add_argument("--json", type=pathlib.Path, default=None, metavar="PATH")
-    parser.add_argument("--data", type=pathlib.Path, default=DATA, metavar="DIR")
+    parser.add_argument(
+        "--set",
+        action="append",
+        choices=SETS,
+        dest="sets",
+        metavar="NAME",
+        help=f"run this set only; may be repeated ({', '.join(SETS)}; default: all of them)",
+    )
+    parser.add_argument(
+        "--limit-users", type=int, default=None, metavar="N", help="N users of each set, evenly"
+    )
+    parser.add_argument(
+        "--json",
+        type=pathlib.Path,
+        default=None,
+        metavar="PATH",
+        help="write every figure, and each question's results in each mode, to PATH",
+    )
+    parser.add_argument(
+        "--data",
+        type=pathlib.Path,
+        default=None,
+        metavar="DIR",
+        help="read the set from DIR (the facts set, or the one --set names)",
+    )
     parser.add_argument(
         "--database",
         default=None,
@@ -550,17 +843,40 @@ def main(argv: list[str] | None = None) -> dict[str, t.Any]:
         help="an empty PostgreSQL database (postgresql://...) instead of a temporary SQLite file",
     )
     args = parser.parse_args(argv)
-    users = load(args.data)
-    if args.limit_users is not None:
-        users = spread(users, args.limit_users)
-    out = run(users, args.database)
+    if args.sets is None:
+        args.sets = ["facts"] if args.data is not None else list(SETS)
+    if args.data is not None and len(set(args.sets)) != 1:
+        parser.error("--data reads one set: name it with --set")
+    return args
+
+
+def partial(args: argparse.Namespace) -> bool:
+    """Whether the run leaves out sets or users: such a run is not saved as the record."""
+    return set(args.sets) != set(SETS) or args.data is not None or args.limit_users is not None
+
+
+def main(argv: list[str] | None = None) -> dict[str, t.Any]:
+    args = parse(argv)
+
+    def users_of(name: str) -> list[User]:
+        if name == "facts":
+            users = load(args.data or DATA)
+        else:
+            users = RANKED[name].load(args.data or RANKED[name].directory, f"{name}.")
+        return users if args.limit_users is None else spread(users, args.limit_users)
+
+    chosen = [name for name in SETS if name in args.sets]
+    facts = users_of("facts") if "facts" in chosen else []
+    out = run(facts, args.database, {name: users_of(name) for name in chosen if name != "facts"})
     report(out)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
         print(f"figures written to {args.json}")
+    if partial(args):
+        print("(a partial run: not saved to bench/results/eval.txt)")
     return out
 
 
 if __name__ == "__main__":
-    with recording("eval"):
+    with contextlib.nullcontext() if partial(parse(sys.argv[1:])) else recording("eval"):
         main()

@@ -15,6 +15,7 @@ import typing as t
 
 import pytest
 
+from bench import bm25
 from bench import eval as harness
 
 USERS = ("noor-smallholding", "amara-chef", "aisha-marine")
@@ -28,12 +29,15 @@ def copy_users(tmp_path: pathlib.Path, names: t.Iterable[str]) -> pathlib.Path:
     return data
 
 
+COUNTS = ("questions", "related_pairs", "unrelated_pairs", "several_answers", "with_decoys")
+
+
 def shares(figures: dict) -> t.Iterator[float]:
     """Every share and rate in a figures dict (everything but counts)."""
     for key, value in figures.items():
         if isinstance(value, dict):
             yield from shares(value)
-        elif key not in ("questions", "related_pairs", "unrelated_pairs"):
+        elif key not in COUNTS:
             yield value
 
 
@@ -138,3 +142,116 @@ def test_best_threshold_never_keeps_an_answer_that_was_not_returned():
     best = harness.best_threshold([0.9, -math.inf], [0.4])
     assert best["related_kept"] == 0.5 and best["unrelated_passed"] == 0
     assert best["recommended"] == 0.65
+
+
+# -- the conversation and near-miss sets, next to BM25 ------------------------
+
+
+def test_ranked_sets_run_end_to_end_next_to_bm25(tmp_path, capsys):
+    """One user of each ranked set, every mode through the API, BM25 beside them."""
+    out = harness.main(
+        ["--set", "conversations", "--set", "near-miss", "--limit-users", "1"]
+        + ["--json", str(tmp_path / "eval.json")]
+    )
+    assert json.loads((tmp_path / "eval.json").read_text()) == json.loads(json.dumps(out))
+    assert "dataset" not in out and "modes" not in out  # the facts set was left out
+    assert set(out["sets"]) == {"conversations", "near-miss"}
+    for name, figures in out["sets"].items():
+        spec = harness.RANKED[name]
+        users = harness.spread(spec.load(spec.directory, f"{name}."), 1)
+        assert figures["dataset"]["memories"] == len(users[0].memories)
+        methods = figures["methods"]
+        ran = [m for m in harness.MODES if m not in out["skipped_modes"]]
+        assert list(methods) == [*ran, harness.BASELINE]
+        asked = {(q["user"], q["id"]) for q in methods[harness.BASELINE]["questions"]}
+        assert asked == {(q.user, q.id) for q in users[0].questions}
+        for method in methods.values():
+            assert set(method["categories"]) == set(spec.categories)
+            for group in [method["all"], *method["categories"].values()]:
+                assert all(0 <= x <= 1 for x in shares(group)), group
+                if group["questions"]:
+                    assert group["hit_at_1"] <= group["hit_at_5"] <= group["hit_at_10"]
+        # The baseline is bench.bm25 over the user's own memories.
+        ids = list(users[0].memories)
+        index = bm25.Index([users[0].memories[i] for i in ids])
+        for q, answered in zip(
+            users[0].questions, methods[harness.BASELINE]["questions"], strict=True
+        ):
+            expected = [[ids[i], round(score, 4)] for i, score in index.search(q.text, 10)]
+            assert answered["results"] == expected
+        if "hybrid" in methods:
+            ratio = figures["hybrid_over_bm25_hit_at_5"]["all"]
+            assert ratio == pytest.approx(
+                methods["hybrid"]["all"]["hit_at_5"] / methods["bm25"]["all"]["hit_at_5"]
+            )
+    printed = capsys.readouterr().out
+    assert "== conversations: 1 users" in printed and "== near-miss: 1 users" in printed
+    assert "hybrid/bm25" in printed or "skipped" in printed
+    assert "(a partial run: not saved to bench/results/eval.txt)" in printed
+
+
+def test_only_a_full_run_is_recorded():
+    assert not harness.partial(harness.parse([]))
+    assert not harness.partial(harness.parse(["--json", "x.json"]))
+    assert harness.partial(harness.parse(["--set", "conversations"]))
+    assert harness.partial(harness.parse(["--limit-users", "3"]))
+    assert harness.parse(["--data", "somewhere"]).sets == ["facts"]
+    with pytest.raises(SystemExit):
+        harness.parse(["--data", "somewhere", "--set", "facts", "--set", "near-miss"])
+
+
+def hit(memory: str) -> harness.Hit:
+    return harness.Hit(memory, 0.5, None)
+
+
+def test_hit_at_k_and_mrr_on_a_hand_made_example():
+    def q(i: int, answers: str, decoys: str = "") -> harness.Question:
+        return harness.Question(
+            "u", f"q{i}", "c", "?", frozenset(answers.split()), frozenset(decoys.split()), 20
+        )
+
+    # Answers at rank 1, rank 3, rank 7 and nowhere.
+    questions = [q(1, "a"), q(2, "b c", "x"), q(3, "d"), q(4, "e", "x")]
+    hits = {
+        questions[0]: [hit("a"), hit("x")],
+        questions[1]: [hit("x"), hit("y"), hit("c"), hit("z"), hit("b")],
+        questions[2]: [hit(m) for m in "xyzuvwdpqr"],
+        questions[3]: [hit("y"), hit("x")],
+    }
+    figures = harness.ranked(questions, hits)
+    assert figures["questions"] == 4
+    assert figures["hit_at_1"] == 1 / 4
+    assert figures["hit_at_5"] == 2 / 4
+    assert figures["hit_at_10"] == 3 / 4
+    assert figures["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 7 + 0) / 4)
+    # q2, the only one with several answers, has both in its results.
+    assert figures["several_answers"] == 1 and figures["all_answers_at_10"] == 1
+    # Of q2 and q4, which list a decoy, only q2's first result is it.
+    assert figures["with_decoys"] == 2 and figures["decoy_first"] == 1 / 2
+    assert harness.ranked([], {}) == {"questions": 0}
+
+
+def test_bm25_ranks_as_hand_computed_scores_say():
+    docs = ["the cat sat", "the dog sat on the mat", "a cat and a cat", "nothing here"]
+    index = bm25.Index(docs)
+    assert bm25.words("INV-20418, Café!") == ["inv", "20418", "café"]
+    # 4 documents of 3, 6, 5 and 2 words: average length 4.
+    n, average = 4, 4.0
+
+    def idf(df: int) -> float:
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    def term(tf: int, length: int, df: int) -> float:
+        return idf(df) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / average))
+
+    cat = {0: term(1, 3, 2), 2: term(2, 5, 2)}
+    sat = {0: term(1, 3, 2), 1: term(1, 6, 2)}
+    expected = {0: cat[0] + sat[0], 1: sat[1], 2: cat[2]}
+    found = index.search("cat sat cat", 10)  # a repeated query word counts once
+    assert [i for i, _ in found] == sorted(expected, key=lambda i: -expected[i])
+    for i, score in found:
+        assert score == pytest.approx(expected[i])
+    assert [i for i, _ in index.search("cat sat", 1)] == [0]
+    assert index.search("unicorn", 10) == []
+    # Equal scores: the memory stored last first, as memsvc breaks ties.
+    assert [i for i, _ in bm25.Index(["red fox", "red fox"]).search("fox", 10)] == [1, 0]
