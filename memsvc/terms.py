@@ -60,7 +60,8 @@ _ACCENTS = re.compile("[\u0300-\u036f]")
 STOPWORDS = frozenset(
     """a an and are as at be but by did do does for from had has have he her his how i if in
     into is it its me my no not of on or our she so than that the their them then there these
-    they this to was we were what when where which who whom why will with you your""".split()
+    they this to was we were what when where which who whom why will with you your
+    s t d ll m re ve""".split()  # and what is left of contractions: what's, don't, we'll
 )
 
 _stemmer = snowballstemmer.stemmer("english")
@@ -124,4 +125,18 @@ def counts(text: str) -> tuple[dict[int, int], int]:
 
 def query_terms(text: str) -> list[int]:
     """The distinct terms a keyword search for ``text`` looks up, in order (at most 64)."""
-    return list(dict.fromkeys(terms(text)))[:MAX_QUERY_TERMS]
+    return list(codes(text))
+
+
+def codes(text: str) -> dict[int, bool]:
+    """:func:`query_terms` of ``text``, each saying whether it holds a digit.
+
+    A term with a digit is a code, a number or a date: in a question, what
+    the answer most often hinges on.
+    """
+    out: dict[int, bool] = {}
+    for word in words(text):
+        if word not in STOPWORDS and len(out) < MAX_QUERY_TERMS:
+            term = _term(word)
+            out[term] = out.get(term, False) or any(c.isdigit() for c in word)
+    return out

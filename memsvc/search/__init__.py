@@ -268,12 +268,12 @@ def _keyword(
 
     With their BM25 score and strength, best first. Call inside a read transaction.
     """
-    wanted = terms.query_terms(text)
+    wanted = terms.codes(text)
     state = store.user_state(tenant, user_id) if wanted else None
     if state is None:
         return []
     matches = keyword_module.rank(
-        store.postings(state.user_key, wanted), len(wanted), state.count, state.terms
+        store.postings(state.user_key, list(wanted)), wanted, state.count, state.terms
     )
     seqs = matches.seqs.tolist()
     found: dict[int, tuple[float, float]] = {

@@ -78,7 +78,7 @@ def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first()
         (common, 4, 3, 10),
         (common, 5, 1, 100),
     ]
-    found = keyword.rank(postings, asked=2, documents=6, total_terms=150)
+    found = keyword.rank(postings, {rare: False, common: False}, documents=6, total_terms=150)
     order = found.seqs.tolist()
     assert order[0] == 3  # holds the rare word
     assert order.index(4) < order.index(2)  # three mentions beat one
@@ -91,15 +91,21 @@ def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first()
 
 
 def test_a_query_word_no_memory_holds_weighs_as_the_rarest():
-    held = keyword.rank([(7, 1, 1, 5)], asked=1, documents=10, total_terms=50).strength[0]
+    held = keyword.rank([(7, 1, 1, 5)], {7: False}, documents=10, total_terms=50).strength[0]
     assert held == pytest.approx(1.0)
-    half = keyword.rank([(7, 1, 1, 5)], asked=2, documents=10, total_terms=50).strength[0]
+    half = keyword.rank([(7, 1, 1, 5)], {7: False, 8: False}, 10, 50).strength[0]
     # The word held is held by one memory, as rare as a word can be: an even share.
     assert half == pytest.approx(0.5)
-    common = keyword.rank(
-        [(7, i, 1, 5) for i in range(1, 8)], asked=2, documents=10, total_terms=50
-    ).strength[0]
-    assert common < 0.25  # a word most memories hold is a small share beside a missing one
+    common = keyword.rank([(7, i, 1, 5) for i in range(1, 8)], {7: False, 8: False}, 10, 50)
+    assert common.strength[0] < 0.25  # a word most memories hold: a small share
+    # A code weighs three times its rarity: holding it is most of the query.
+    code = keyword.rank([(7, 1, 1, 5)], {7: True, 8: False}, 10, 50).strength[0]
+    assert code == pytest.approx(0.75)
+    assert terms.codes("What's wrong with bay 241?") == {
+        terms.term_hash("wrong"): False,
+        terms.term_hash("bay"): False,
+        terms.term_hash("241"): True,
+    }
 
 
 def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_spaces():
