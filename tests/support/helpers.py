@@ -110,3 +110,27 @@ def maintenance_round(app: t.Any) -> None:
 
     with app.app_context():
         Maintenance(runtime(), 60).once()
+
+
+class CountingEmbedder:
+    """A real embedder, counting the texts it is asked to embed (windows included)."""
+
+    def __init__(self, embedder: t.Any):
+        self.embedder = embedder
+        self.model_id = embedder.model_id
+        self.dimensions = embedder.dimensions
+        self.texts = 0
+
+    def __getattr__(self, name: str) -> t.Any:
+        return getattr(self.embedder, name)  # batch_invariant, max_tokens, ...
+
+    def windows(self, text: str) -> list[str]:
+        cut = getattr(self.embedder, "windows", None)
+        return cut(text) if cut is not None else [text]
+
+    def embed(self, texts: t.Sequence[str]) -> np.ndarray:
+        self.texts += len(texts)
+        return self.embedder.embed(texts)
+
+    def warm_up(self) -> None:
+        self.embedder.warm_up()
