@@ -5,7 +5,10 @@ Two limits per API key:
 * **rate**: at most N accepted calls in any rolling 60 seconds. Each key
   keeps a ring of the times of its last N accepted calls; a call is
   accepted only if the oldest of them is 60 s old or more. That is exact:
-  no 60-second window, wherever it starts, ever holds more than N.
+  no 60-second window, wherever it starts, ever holds more than N. A call
+  that costs more (a long text to embed) counts as several: :meth:`Limiter.charge`
+  records its extra units once its cost is known, as as many entries of
+  the ring, if they fit.
 * **concurrency**: at most M calls executing at once. Each executing call
   holds an entry (process id, call token, expiry) until it is answered.
   An entry of a process that died, or past its expiry, no longer counts, so
@@ -201,13 +204,7 @@ class Limiter:
             now = self.clock()
             self._prepare(state, limits, now)
             if limits.per_minute:
-                oldest = int(state.ring[state.head])
-                if oldest and now - oldest < WINDOW_MS:
-                    retry_after = max(1, math.ceil((oldest + WINDOW_MS - now) / 1000))
-                    raise Refused(
-                        f"Rate limit exceeded: {limits.per_minute} requests per minute",
-                        retry_after,
-                    )
+                _check_rate(state, limits, 1, 1, now)
             slot = None
             if limits.concurrent:
                 slot = _free_slot(state.slots, now, limits.concurrent)
@@ -227,6 +224,27 @@ class Limiter:
             token = next(self._tokens)
             state.slots[slot] = (self._pid, token, now + self.slot_ttl_ms)
             return slot, token
+
+    def charge(self, key_id: str, limits: Limits, units: int) -> None:
+        """Count ``units`` more calls against the rate, for a call :meth:`acquire` admitted.
+
+        For a call whose cost is known only once its input is read: it was
+        admitted as one call, and costs ``1 + units``. If they do not fit in
+        the window, raises :class:`Refused` having recorded nothing more (the
+        call's first unit stays counted), with a ``retry_after`` that says
+        when a new call of the same cost would be admitted.
+        """
+        if units <= 0 or not limits.per_minute:
+            return
+        check_units(units, limits)
+        state = self._state(key_id)
+        with _locked(state):
+            now = self.clock()
+            self._prepare(state, limits, now)
+            _check_rate(state, limits, units, units + 1, now)
+            head, size = state.head, len(state.ring)
+            state.ring[(head + np.arange(units)) % size] = now
+            state.head = (head + units) % size
 
     def release(self, key_id: str, held: tuple[int, int] | None) -> None:
         """Free the concurrency slot a call held."""
@@ -281,6 +299,36 @@ class Limiter:
             state.rebuild(rate_cap, conc_cap, keep=False)
         elif len(state.ring) != rate_cap or len(state.slots) < conc_cap:
             state.rebuild(rate_cap, conc_cap, keep=True)
+
+
+def check_units(units: int, limits: Limits) -> None:
+    """A charge of ``units`` more must leave room for the call's first unit in the limit."""
+    if units + 1 > limits.per_minute:
+        raise ValueError(
+            f"a call of {units + 1} units can never fit in a limit of {limits.per_minute} a minute"
+        )
+
+
+def _check_rate(state: _KeyState, limits: Limits, units: int, retry_units: int, now: int) -> None:
+    """Raise :class:`Refused` unless ``units`` more calls fit in the key's window.
+
+    The ring holds the times of the key's last N calls, oldest first from
+    its head: ``units`` more fit when the ``units``-th oldest has left the
+    window (or was never made). ``retry_after`` says when ``retry_units``
+    more would fit.
+    """
+    ring, head = state.ring, state.head
+    if not _in_window(int(ring[(head + units - 1) % len(ring)]), now):
+        return
+    leaves = int(ring[(head + retry_units - 1) % len(ring)]) + WINDOW_MS
+    raise Refused(
+        f"Rate limit exceeded: {limits.per_minute} requests per minute",
+        max(1, math.ceil((leaves - now) / 1000)),
+    )
+
+
+def _in_window(at: int, now: int) -> bool:
+    return at != 0 and now - at < WINDOW_MS
 
 
 class _locked:

@@ -8,6 +8,8 @@ test_limits_pg.py.
 
 from __future__ import annotations
 
+import random
+
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
@@ -160,3 +162,91 @@ def test_changing_a_keys_limits_keeps_its_recent_calls(limiter, clock):
     assert admit(limiter, Limits(3, 0)) == "refused"
     clock.now += 60 * S
     assert admit(limiter, Limits(3, 0)) != "refused"
+
+
+# -- calls that cost more than one ---------------------------------------------------
+
+
+def call_costing(limiter, limits, units, key="k"):
+    """Admit a call, then charge the rest of its cost: "ok", "refused", or the charge's Refused."""
+    if admit(limiter, limits, key) == "refused":
+        return "refused"
+    try:
+        limiter.charge(key, limits, units - 1)
+    except Refused as e:
+        return e
+    return "ok"
+
+
+def test_a_call_charged_more_takes_as_many_calls_of_the_minute(limiter, clock):
+    limits = Limits(10, 0)
+    assert call_costing(limiter, limits, 4) == "ok"
+    assert call_costing(limiter, limits, 3) == "ok"
+    assert [admit(limiter, limits) != "refused" for _ in range(4)] == [True, True, True, False]
+    clock.now += 60 * S
+    assert call_costing(limiter, limits, 10) == "ok"  # a whole minute's worth, when free
+    assert admit(limiter, limits) == "refused"
+
+
+def test_a_charge_that_does_not_fit_records_nothing_more(limiter, clock):
+    limits = Limits(10, 0)
+    start = clock.now
+    for _ in range(6):
+        admit(limiter, limits)
+        clock.now += S
+    clock.now = start + 10 * S
+    refused = call_costing(limiter, limits, 5)  # 7 counted, 4 more do not fit
+    assert isinstance(refused, Refused)
+    assert refused.message == "Rate limit exceeded: 10 requests per minute"
+    # A new call of the same cost fits once two more of the six have left.
+    assert refused.retry_after == 51
+    # The refused call counts as one call, never as its cost: 3 fit.
+    assert [admit(limiter, limits) != "refused" for _ in range(4)] == [True, True, True, False]
+
+
+def test_retry_after_of_a_costly_call_is_when_the_same_call_fits(limiter, clock):
+    limits = Limits(10, 0)
+    start = clock.now
+    for _ in range(8):
+        admit(limiter, limits, "early")
+        admit(limiter, limits, "on-time")
+        clock.now += S
+    for key in ("early", "on-time"):  # 9 counted, 3 more do not fit
+        refused = call_costing(limiter, limits, 4, key)
+        assert isinstance(refused, Refused) and refused.retry_after == 54
+    clock.now = start + 62 * S - 1  # the third call leaves the window at 62 s
+    assert isinstance(call_costing(limiter, limits, 4, "early"), Refused)
+    clock.now = start + 62 * S
+    assert call_costing(limiter, limits, 4, "on-time") == "ok"
+
+
+def test_no_60_second_window_ever_holds_more_than_the_limit_of_weighted_calls(limiter, clock):
+    limits = Limits(20, 0)
+    rng = random.Random(5)
+    accepted: list[tuple[int, int]] = []
+    for _ in range(600):
+        clock.now += rng.randint(50, 400)
+        units = rng.choice([1, 1, 1, 2, 5, 12, 20])
+        answer = call_costing(limiter, limits, units)
+        if answer == "ok":
+            accepted.append((clock.now, units))
+        elif answer != "refused":
+            accepted.append((clock.now, 1))  # admitted as one, refused the rest
+    for i, (t, _) in enumerate(accepted):
+        assert sum(u for x, u in accepted[i:] if x < t + 60 * S) <= 20
+    assert sum(units > 1 for _, units in accepted) >= 5  # and costly calls do get through
+
+
+def test_charging_nothing_or_without_a_rate_limit_records_nothing(limiter):
+    limiter.acquire("k", Limits(2, 0))
+    limiter.charge("k", Limits(2, 0), 0)
+    limiter.charge("k", Limits(0, 5), 40)
+    assert admit(limiter, Limits(2, 0)) != "refused"
+    assert admit(limiter, Limits(2, 0)) == "refused"
+
+
+def test_a_cost_beyond_the_whole_limit_is_the_callers_mistake(limiter):
+    limiter.acquire("k", Limits(5, 0))
+    with pytest.raises(ValueError, match="never fit"):
+        limiter.charge("k", Limits(5, 0), 5)
+    assert [admit(limiter, Limits(5, 0)) != "refused" for _ in range(5)] == [True] * 4 + [False]

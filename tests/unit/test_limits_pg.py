@@ -309,6 +309,28 @@ def test_calls_that_left_the_window_are_deleted(limiter, clock, db):
     assert 120 <= rows(db, "memsvc_limit_calls", "k") <= 121
 
 
+def test_a_costly_calls_units_are_rows_and_a_refused_charge_writes_none(limiter, clock, db):
+    limits = Limits(10, 0)
+    limiter.acquire("k", limits)
+    limiter.charge("k", limits, 5)
+    assert rows(db, "memsvc_limit_calls", "k") == 6
+    limiter.acquire("k", limits)
+    with pytest.raises(Refused):
+        limiter.charge("k", limits, 5)
+    assert rows(db, "memsvc_limit_calls", "k") == 7
+
+
+def test_costly_calls_that_left_the_window_are_deleted(limiter, clock, db):
+    limits = Limits(100, 0)
+    for _ in range(400):
+        clock.now += 2 * S
+        limiter.acquire("k", limits)
+        limiter.charge("k", limits, 2)
+    # Three units every 2 s: the last minute's 90, and those of the call
+    # that admitted the last (not yet 60 s old when it was deleted from).
+    assert 90 <= rows(db, "memsvc_limit_calls", "k") <= 93
+
+
 def test_a_sweep_deletes_the_rows_of_idle_keys(limiter, clock, db):
     start = clock.now
     for _ in range(5):

@@ -7,7 +7,9 @@ that share one database:
 * **rate**: at most N accepted calls in any rolling 60 seconds. Each
   accepted call is a row (key, sequence number 1, 2, 3..., time); a call is
   accepted only if the key's N-th most recent call is 60 s old or more (or
-  does not exist). That is exact: no 60-second window, wherever it starts,
+  does not exist). A call that costs more counts as several: its extra
+  units, charged once its cost is known (:meth:`PgLimiter.charge`), are as
+  many rows of the same time, if they fit. That is exact: no 60-second window, wherever it starts,
   ever holds more than N. Each accepted call deletes the key's rows that
   left the window, oldest first, from where the last deletion stopped (kept
   in the key's row of ``memsvc_limit_keys``), so it never walks over deleted
@@ -32,7 +34,7 @@ little, the key's calls keep counting at the times they were recorded;
 if by more than a minute, the key's history (from the clock's future) is
 forgotten.
 
-Each acquire or release is one statement, ``SELECT`` of a plpgsql
+Each acquire, charge or release is one statement, ``SELECT`` of a plpgsql
 function. Acquire first takes a transaction-level advisory lock on the
 key, so the acquires of one key are serialised across every server while
 keys never wait on each other; a release frees its own slot by its ticket.
@@ -64,6 +66,7 @@ from psycopg import pq
 from ...limits import WINDOW_MS
 from ...limits import Limits
 from ...limits import Refused
+from ...limits import check_units
 
 Connect = t.Callable[[], contextlib.AbstractContextManager[psycopg.Connection[t.Any]]]
 
@@ -110,6 +113,110 @@ SCHEMA: list[str] = [
         PRIMARY KEY (key_id, n)
     ) WITH (fillfactor = 50)
     """,
+    # Take p_key's lock for the rest of the transaction, which must be READ
+    # COMMITTED: each statement then sees what the lock's previous holder
+    # committed.
+    """
+    CREATE OR REPLACE FUNCTION memsvc_limit_lock(p_key text)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    BEGIN
+        IF current_setting('transaction_isolation') <> 'read committed' THEN
+            RAISE EXCEPTION 'memsvc limits need READ COMMITTED transactions, not %',
+                upper(current_setting('transaction_isolation'))
+                USING HINT = 'Give the limiter connections whose default_transaction_isolation '
+                             'is read committed.';
+        END IF;
+        PERFORM pg_advisory_xact_lock(hashtextextended('memsvc-limits:' || p_key, 0));
+    END
+    $$
+    """,
+    # Under p_key's lock: whether p_units more calls fit in its window of
+    # p_per_minute. o_retry_ms is NULL if they do, else how long until
+    # p_retry_units would; o_first, o_last and o_at are what
+    # memsvc_limit_record needs to record them. Calls are numbered 1, 2,
+    # 3... without gaps (a call of several units has as many rows), so the
+    # key's N-th most recent is number last - N + 1.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_rate(
+        p_key text, p_per_minute integer, p_units integer, p_retry_units integer, p_now bigint,
+        OUT o_first bigint, OUT o_last bigint, OUT o_at bigint, OUT o_retry_ms bigint
+    )
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    DECLARE
+        v_last_at bigint;
+        v_nth bigint;
+        v_nth_at bigint;
+    BEGIN
+        o_at := p_now;
+        SELECT k.first_seq, k.last_seq, k.last_at INTO o_first, o_last, v_last_at
+          FROM memsvc_limit_keys k
+         WHERE k.key_id = p_key;
+        IF NOT FOUND THEN
+            -- A new key (or one swept while idle): from its rows, if any.
+            SELECT coalesce(min(c.seq), 1), coalesce(max(c.seq), 0), max(c.at_ms)
+              INTO o_first, o_last, v_last_at
+              FROM memsvc_limit_calls c
+             WHERE c.key_id = p_key;
+        END IF;
+        IF v_last_at > p_now + {WINDOW_MS} THEN
+            -- Recorded by a clock far ahead of this one: meaningless now.
+            DELETE FROM memsvc_limit_calls c
+             WHERE c.key_id = p_key AND c.seq >= o_first AND c.seq <= o_last;
+            o_first := o_last + 1;
+        ELSIF v_last_at > p_now THEN
+            o_at := v_last_at;  -- the clock was set back a little
+        END IF;
+        v_nth := o_last + p_units - p_per_minute;  -- must have left the window
+        IF v_nth >= o_first THEN
+            SELECT c.at_ms INTO v_nth_at
+              FROM memsvc_limit_calls c
+             WHERE c.key_id = p_key AND c.seq = v_nth;
+            IF v_nth_at > o_at - {WINDOW_MS} THEN
+                SELECT c.at_ms + {WINDOW_MS} - p_now INTO o_retry_ms
+                  FROM memsvc_limit_calls c
+                 WHERE c.key_id = p_key AND c.seq = o_last + p_retry_units - p_per_minute;
+            END IF;
+        END IF;
+    END
+    $$
+    """,
+    # Under p_key's lock, once memsvc_limit_rate said they fit: record
+    # p_units calls at p_at. First the key's calls that left the window,
+    # oldest first: all those up to its N-th most recent before these (out of
+    # it, or they would not fit) and a few more. Only the range from
+    # first_seq is read: rows deleted before are not walked over again.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_record(
+        p_key text, p_per_minute integer, p_units integer,
+        p_first bigint, p_last bigint, p_at bigint
+    ) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    DECLARE
+        v_nth bigint := p_last + p_units - p_per_minute;
+        v_first bigint := p_first;
+        v_deleted bigint;
+    BEGIN
+        DELETE FROM memsvc_limit_calls c
+         WHERE c.key_id = p_key
+           AND c.seq >= v_first AND c.seq < greatest(v_first + p_units + 1, v_nth + 1)
+           AND c.at_ms <= p_at - {WINDOW_MS};
+        GET DIAGNOSTICS v_deleted = ROW_COUNT;
+        v_first := greatest(v_first + v_deleted, v_nth + 1);
+        INSERT INTO memsvc_limit_calls (key_id, seq, at_ms)
+        SELECT p_key, n, p_at FROM generate_series(p_last + 1, p_last + p_units) AS n;
+        INSERT INTO memsvc_limit_keys AS k (key_id, first_seq, last_seq, last_at)
+        VALUES (p_key, v_first, p_last + p_units, p_at)
+        ON CONFLICT (key_id) DO UPDATE
+           SET first_seq = excluded.first_seq,
+               last_seq = excluded.last_seq,
+               last_at = excluded.last_at;
+    END
+    $$
+    """,
     # Admit one call of p_key or say why not. Admitted: refused is NULL, and
     # (slot, ticket) is the slot held (NULL without a concurrency limit).
     # Refused for the rate: refused = 'rate', retry_after_ms until the call
@@ -135,58 +242,22 @@ SCHEMA: list[str] = [
     AS $$
     DECLARE
         v_now bigint;
-        v_at bigint;
-        v_first bigint;
-        v_last_seq bigint;
-        v_last_at bigint;
-        v_nth_at bigint;
-        v_nth bigint;
-        v_deleted bigint;
+        v_rate record;
         v_held bigint;
         v_free integer;
         v_next integer;
         v_ticket bigint;
     BEGIN
-        IF current_setting('transaction_isolation') <> 'read committed' THEN
-            RAISE EXCEPTION 'memsvc limits need READ COMMITTED transactions, not %',
-                upper(current_setting('transaction_isolation'))
-                USING HINT = 'Give the limiter connections whose default_transaction_isolation '
-                             'is read committed.';
-        END IF;
-        PERFORM pg_advisory_xact_lock(hashtextextended('memsvc-limits:' || p_key, 0));
+        PERFORM memsvc_limit_lock(p_key);
         -- Read only once the lock is held: the key's times are in order.
         v_now := coalesce(p_now_ms, {_NOW_MS});
-        v_at := v_now;
 
         IF p_per_minute > 0 THEN
-            SELECT k.first_seq, k.last_seq, k.last_at INTO v_first, v_last_seq, v_last_at
-              FROM memsvc_limit_keys k
-             WHERE k.key_id = p_key;
-            IF NOT FOUND THEN
-                -- A new key (or one swept while idle): from its rows, if any.
-                SELECT coalesce(min(c.seq), 1), coalesce(max(c.seq), 0), max(c.at_ms)
-                  INTO v_first, v_last_seq, v_last_at
-                  FROM memsvc_limit_calls c
-                 WHERE c.key_id = p_key;
-            END IF;
-            IF v_last_at > v_now + {WINDOW_MS} THEN
-                -- Recorded by a clock far ahead of this one: meaningless now.
-                DELETE FROM memsvc_limit_calls c
-                 WHERE c.key_id = p_key AND c.seq >= v_first AND c.seq <= v_last_seq;
-                v_first := v_last_seq + 1;
-            ELSIF v_last_at > v_now THEN
-                v_at := v_last_at;  -- the clock was set back a little
-            END IF;
-            v_nth := v_last_seq - p_per_minute + 1;  -- the key's N-th most recent call
-            IF v_nth >= v_first THEN
-                SELECT c.at_ms INTO v_nth_at
-                  FROM memsvc_limit_calls c
-                 WHERE c.key_id = p_key AND c.seq = v_nth;
-                IF v_nth_at > v_at - {WINDOW_MS} THEN
-                    RETURN QUERY SELECT 'rate'::text, v_nth_at + {WINDOW_MS} - v_now,
-                        NULL::integer, NULL::bigint, NULL::text[], NULL::integer[], NULL::bigint[];
-                    RETURN;
-                END IF;
+            SELECT * INTO v_rate FROM memsvc_limit_rate(p_key, p_per_minute, 1, 1, v_now);
+            IF v_rate.o_retry_ms IS NOT NULL THEN
+                RETURN QUERY SELECT 'rate'::text, v_rate.o_retry_ms,
+                    NULL::integer, NULL::bigint, NULL::text[], NULL::integer[], NULL::bigint[];
+                RETURN;
             END IF;
         END IF;
 
@@ -215,24 +286,8 @@ SCHEMA: list[str] = [
 
         -- Admitted: only now is anything recorded.
         IF p_per_minute > 0 THEN
-            -- The key's calls that left the window, oldest first: all those
-            -- up to its N-th most recent (out of it, or this call would have
-            -- been refused) and up to two more. Only the range from first_seq
-            -- is read: rows deleted before are not walked over again.
-            DELETE FROM memsvc_limit_calls c
-             WHERE c.key_id = p_key
-               AND c.seq >= v_first AND c.seq < greatest(v_first + 2, v_nth + 1)
-               AND c.at_ms <= v_at - {WINDOW_MS};
-            GET DIAGNOSTICS v_deleted = ROW_COUNT;
-            v_first := greatest(v_first + v_deleted, v_nth + 1);
-            INSERT INTO memsvc_limit_calls (key_id, seq, at_ms)
-            VALUES (p_key, v_last_seq + 1, v_at);
-            INSERT INTO memsvc_limit_keys AS k (key_id, first_seq, last_seq, last_at)
-            VALUES (p_key, v_first, v_last_seq + 1, v_at)
-            ON CONFLICT (key_id) DO UPDATE
-               SET first_seq = excluded.first_seq,
-                   last_seq = excluded.last_seq,
-                   last_at = excluded.last_at;
+            PERFORM memsvc_limit_record(
+                p_key, p_per_minute, 1, v_rate.o_first, v_rate.o_last, v_rate.o_at);
         END IF;
         IF p_concurrent > 0 THEN
             IF v_free IS NOT NULL THEN
@@ -252,6 +307,38 @@ SCHEMA: list[str] = [
         END IF;
         RETURN QUERY SELECT NULL::text, 0::bigint, v_free, v_ticket,
             NULL::text[], NULL::integer[], NULL::bigint[];
+    END
+    $$
+    """,
+    # Count p_units more calls of p_key, for a call memsvc_limit_acquire
+    # admitted whose cost was known only afterwards (it costs 1 + p_units).
+    # Refused: refused = 'rate' and nothing more is recorded; retry_after_ms
+    # says when a new call of the same cost would be admitted.
+    f"""
+    CREATE OR REPLACE FUNCTION memsvc_limit_charge(
+        p_key text, p_per_minute integer, p_units integer, p_now_ms bigint
+    ) RETURNS TABLE (refused text, retry_after_ms bigint)
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+    DECLARE
+        v_now bigint;
+        v_rate record;
+    BEGIN
+        IF p_units < 1 OR p_units >= p_per_minute THEN
+            RAISE EXCEPTION 'memsvc limits: a call of % units can never fit in % a minute',
+                p_units + 1, p_per_minute;
+        END IF;
+        PERFORM memsvc_limit_lock(p_key);
+        v_now := coalesce(p_now_ms, {_NOW_MS});
+        SELECT * INTO v_rate
+          FROM memsvc_limit_rate(p_key, p_per_minute, p_units, p_units + 1, v_now);
+        IF v_rate.o_retry_ms IS NOT NULL THEN
+            RETURN QUERY SELECT 'rate'::text, v_rate.o_retry_ms;
+            RETURN;
+        END IF;
+        PERFORM memsvc_limit_record(
+            p_key, p_per_minute, p_units, v_rate.o_first, v_rate.o_last, v_rate.o_at);
+        RETURN QUERY SELECT NULL::text, 0::bigint;
     END
     $$
     """,
@@ -319,6 +406,10 @@ _ACQUIRE: t.Final = (
     "SELECT refused, retry_after_ms, slot, ticket, holders, slots, tickets"
     " FROM memsvc_limit_acquire(%s::text, %s::integer, %s::integer, %s::text,"
     " %s::bigint, %s::bigint, %s::integer[], %s::bigint[])"
+)
+_CHARGE: t.Final = (
+    "SELECT refused, retry_after_ms"
+    " FROM memsvc_limit_charge(%s::text, %s::integer, %s::integer, %s::bigint)"
 )
 _RELEASE: t.Final = "SELECT memsvc_limit_release(%s::text, %s::integer, %s::bigint)"
 _HOLDERS: t.Final = "SELECT holder, slots FROM memsvc_limit_holders(%s::text, %s::bigint)"
@@ -403,6 +494,27 @@ class PgLimiter:
                 1,
             )
         return None if slot is None else (int(slot), int(ticket))
+
+    def charge(self, key_id: str, limits: Limits, units: int) -> None:
+        """Count ``units`` more calls against the rate, for a call :meth:`acquire` admitted.
+
+        As :meth:`memsvc.limits.Limiter.charge`: refused, nothing more is
+        recorded, and ``retry_after`` says when a call of the same cost would be
+        admitted.
+        """
+        if units <= 0 or not limits.per_minute:
+            return
+        check_units(units, limits)
+        now = self.clock() if self.clock is not None else None
+        with self._connect() as conn:
+            refused, retry_after_ms = self._one(
+                conn, _CHARGE, [key_id, limits.per_minute, units, now]
+            )
+        if refused is not None:
+            raise Refused(
+                f"Rate limit exceeded: {limits.per_minute} requests per minute",
+                max(1, math.ceil(retry_after_ms / 1000)),
+            )
 
     def release(self, key_id: str, held: tuple[int, int] | None) -> None:
         """Free the concurrency slot a call held."""
