@@ -241,6 +241,19 @@ SETTINGS: tuple[Setting, ...] = (
        "first byte, else `408`; until it has, it holds no worker thread.", "Limits"),
     _S("MAX_CONTENT_CHARS", 65_536, positive_int, "a positive whole number",
        "Longest `content` or `query`, in characters.", "Limits"),
+    _S("MAX_EMBEDDING_WINDOWS", 800, _int_range(0, 1_000_000),
+       "a whole number from 0 (no limit)",
+       "Most embedding windows one call's text may need (`content` of `memory.add` and "
+       "`memory.update`, `query` of `memory.search`); a text that needs more is refused with "
+       "`400` before any of it is embedded (0: no limit). 800 takes 65,536 characters of "
+       "English prose (about 740 windows, 3 s of one core with the bundled model), not as "
+       "many of Chinese (1,821 windows, 9 s).", "Limits"),
+    _S("RATE_LIMIT_WINDOWS_PER_CALL", 16, _int_range(0, 1_000_000),
+       "a whole number from 0 (every call counts as one)",
+       "A call counts against `MEMSVC_RATE_LIMIT_PER_MINUTE` as one call per this many "
+       "embedding windows its text needs, rounded up: a memory of up to about 1,400 "
+       "characters of English is one call, one of 65,536 characters about 46 (0: every call "
+       "counts as one).", "Limits"),
     _S("MAX_USER_ID_CHARS", 256, positive_int, "a positive whole number",
        "Longest `userId`, in characters.", "Limits"),
     _S("MAX_NAME_CHARS", 256, positive_int, "a positive whole number",

@@ -24,6 +24,7 @@ router = Router(
 
 @router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.memory_out)
 def add(call: Call, params: dict[str, t.Any]) -> t.Any:
+    middleware.pay_for_embedding(call, "content", params["content"], embedder())
     return memories.add(
         store(),
         embedder(),
@@ -38,9 +39,11 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.query("search", input=schemas.SearchInput(), output=schemas.search_results_out)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
+    query_embedder = runtime().query_embedder(call.caller.tenant)
+    middleware.pay_for_embedding(call, "query", params["query"], query_embedder, query=True)
     found = memories.search(
         store(),
-        runtime().query_embedder(call.caller.tenant),
+        query_embedder,
         call.caller.tenant,
         params["userId"],
         params["query"],
@@ -79,6 +82,8 @@ def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.mutation("update", input=schemas.UpdateInput(), output=schemas.memory_out)
 def update(call: Call, params: dict[str, t.Any]) -> t.Any:
+    if "content" in params:
+        middleware.pay_for_embedding(call, "content", params["content"], embedder())
     return memories.update(
         store(),
         embedder(),

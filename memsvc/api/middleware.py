@@ -19,7 +19,10 @@ from flask import g
 from flask import request
 
 from .. import clock
+from ..embeddings import Embedder
+from ..embeddings.windows import needed
 from ..errors import ApiError
+from ..errors import BadRequest
 from ..errors import TooManyRequests
 from ..errors import Unauthorized
 from ..limits import Limits
@@ -40,6 +43,8 @@ class Caller:
     tenant: str
     #: The API key used, for memory calls; None for token (keys router) calls.
     key: ApiKey | None = None
+    #: The key's limits this call was counted against; None if it was not counted.
+    counted: Limits | None = None
 
 
 def _once(name: str, verify: t.Callable[[], Caller]) -> Caller:
@@ -87,13 +92,17 @@ def limits_of(key: ApiKey, defaults: Limits) -> Limits:
 def limited(call: Call) -> t.Iterator[None]:
     """Middleware, after the API key: the key's rate and concurrency limits.
 
-    Every call counts, batched or not. A refused call is answered at once
-    with 429 and a Retry-After, and uses up nothing.
+    Every call counts, batched or not: as one here, and a call with a long
+    text to embed as more once its input is read (:func:`pay_for_embedding`).
+    A refused call is answered at once with 429 and a Retry-After, and uses
+    up nothing.
     """
     rt = runtime()
     key = call.caller.key
+    limits = limits_of(key, rt.default_limits)
     try:
-        token = rt.limiter.acquire(key.id, limits_of(key, rt.default_limits))
+        token = rt.limiter.acquire(key.id, limits)
+        call.caller = dataclasses.replace(call.caller, counted=limits)
     except Refused as e:
         raise TooManyRequests(e.message, headers={"Retry-After": str(e.retry_after)}) from None
     except Exception as e:
@@ -115,6 +124,53 @@ def limited(call: Call) -> t.Iterator[None]:
             if storage_problem(e) is None:
                 raise
             log.warning("a limit slot was not released (it expires): %s", storage_problem(e))
+
+
+def pay_for_embedding(
+    call: Call, field: str, text: str, embedder: Embedder, *, query: bool = False
+) -> None:
+    """Before ``text`` is embedded: refuse it if it is too much work, else charge what it costs.
+
+    ``400`` if it needs more windows than one call may use
+    (``MAX_EMBEDDING_WINDOWS``), or counts as more calls than its key may
+    make in a minute; ``429`` if its key's minute has too few calls left for
+    it. A call counts as one per ``RATE_LIMIT_WINDOWS_PER_CALL`` windows:
+    it was counted as one when :func:`limited` admitted it, and the rest is
+    charged here. Counting the windows tokenizes; nothing is embedded.
+    """
+    config = current_app.config
+    windows = needed(embedder, text, query=query)
+    advice = "search with a shorter query" if query else "store it as several shorter memories"
+    budget = config["MAX_EMBEDDING_WINDOWS"]
+    if budget and windows > budget:
+        raise BadRequest(
+            f"Invalid input: {field}: too long to embed in one call: it needs {windows:,} "
+            f"embedding windows, and one call may use {budget:,} (MEMSVC_MAX_EMBEDDING_WINDOWS); "
+            + advice
+        )
+    per_call = config["RATE_LIMIT_WINDOWS_PER_CALL"]
+    units = -(-windows // per_call) if per_call else 1
+    limits, key = call.caller.counted, call.caller.key
+    if units <= 1 or limits is None or key is None or not limits.per_minute:
+        return
+    cost = f"{windows:,} embedding windows count as {units} calls (one per {per_call} windows)"
+    if units > limits.per_minute:
+        raise BadRequest(
+            f"Invalid input: {field}: its {cost}, more than the {limits.per_minute} calls a "
+            f"minute this API key may make; {advice}"
+        )
+    try:
+        runtime().limiter.charge(key.id, limits, units - 1)
+    except Refused as e:
+        raise TooManyRequests(
+            f"{e.message}; this call's {cost}", headers={"Retry-After": str(e.retry_after)}
+        ) from None
+    except Exception as e:
+        problem = storage_problem(e)
+        if problem is None:
+            raise
+        log.warning("a call's cost not counted: %s", problem)
+        record_storage_problem(problem)
 
 
 @contextlib.contextmanager
