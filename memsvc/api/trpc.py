@@ -169,7 +169,7 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 def endpoint(path: str) -> Response:
     if request.method == "HEAD":
         return Response(status=204)
-    is_batch = request.args.get("batch") == "1"
+    is_batch = _query_value(b"batch") == b"1"
     try:
         calls = _calls(path, is_batch)
     except ApiError as e:
@@ -367,13 +367,27 @@ def _read_body() -> bytes:
 def _query_input() -> str | None:
     # Werkzeug would quietly replace invalid UTF-8 with U+FFFD; parse the
     # raw query string so that garbage is refused, not stored.
+    value = _query_value(b"input")
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("input is not valid UTF-8") from None
+
+
+def _query_value(name: bytes) -> bytes | None:
+    """The first value of the query parameter ``name``, decoded; None without one.
+
+    Only this value is decoded, not the whole query string as Werkzeug's
+    ``request.args`` would: the ``input`` of a query may be half a megabyte,
+    and a call refused before its input is read (401, 429) must not pay for
+    decoding it.
+    """
     for pair in request.query_string.split(b"&"):
         key, _, value = pair.partition(b"=")
-        if unquote_to_bytes(key.replace(b"+", b" ")) == b"input":
-            try:
-                return unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
-            except UnicodeDecodeError:
-                raise BadRequest("input is not valid UTF-8") from None
+        if unquote_to_bytes(key.replace(b"+", b" ")) == name:
+            return unquote_to_bytes(value.replace(b"+", b" "))
     return None
 
 
