@@ -86,6 +86,8 @@ bench: install
 	$(BIN)/python -m bench.lifecycle
 	$(BIN)/python -m bench.postgres
 	$(BIN)/python -m bench.embedding
+	$(BIN)/python -m bench.long_texts
+	$(BIN)/python -m bench.noisy_key
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
 	else echo "skipping bench.http_search: it needs wrk (apt-get install wrk)"; fi
 
