@@ -8,6 +8,7 @@ import urllib.parse
 import pytest
 import requests
 
+from tests.support import texts
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import start_server
 
@@ -77,3 +78,40 @@ def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
             assert provider.peak["busy"] == 10
         finally:
             server.stop()
+
+
+def test_long_texts_count_by_their_cost_on_every_worker_together(tmp_path):
+    server = start_server(tmp_path, WEB_CONCURRENCY="4", MEMSVC_THREADS="4")
+    try:
+        key = server.create_key("t", "writer")
+        line = next(li for li in server.cli("keys", "list").stdout.splitlines() if " writer " in li)
+        server.cli(
+            "keys", "set-limits", line.split()[0], "--per-minute", "20", "--concurrent", "20"
+        )
+        text = texts.english(5_000, seed=4)  # 56 windows: 4 calls' worth
+
+        def add(_):
+            resp = requests.post(
+                server.trpc + "/memory.add",
+                data=json.dumps({"userId": "u", "content": text}),
+                headers={"x-api-key": key, "Content-Type": "application/json"},
+                timeout=60,
+            )
+            return resp.status_code, resp.json()
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(add, range(12)))
+        added = sum(status == 200 for status, _ in results)
+        refused = [body["error"]["message"] for status, body in results if status == 429]
+        assert added + len(refused) == 12 and added >= 1
+        # Refused for its cost (it counts as one call) or at once (it counts as none).
+        for_cost = [m for m in refused if m.endswith("count as 4 calls (one per 16 windows)")]
+        at_once = [m for m in refused if m == "Rate limit exceeded: 20 requests per minute"]
+        assert len(for_cost) + len(at_once) == len(refused)
+        url = server.trpc + "/memory.getAll?input=" + urllib.parse.quote('{"userId":"u"}')
+        more = 0
+        while requests.get(url, headers={"x-api-key": key}, timeout=30).status_code == 200:
+            more += 1
+        assert 4 * added + len(for_cost) + more == 20
+    finally:
+        server.stop()
