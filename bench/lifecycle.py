@@ -14,10 +14,9 @@ is memsvc's own (:func:`memsvc.search.nearest`), in one process.
    also the first filtered search after a write (the user's metadata
    columns are rebuilt), and the uncached path.
 2. ``deleteAll`` of the 10,000-memory user (service call: vectors, keyword
-   index, history and counters in one transaction), median of 3 rebuilds;
-   ``deleteAll`` of a 20-memory user (a small share of the keyword index is
-   secure-deleted word by word, a large one merged away: both ways are
-   timed) and one single delete for comparison.
+   index rows, history and the user's row in one transaction), median of 3
+   rebuilds; ``deleteAll`` of a 20-memory user and one single delete for
+   comparison.
 3. ``memsvc export`` and ``memsvc import`` of the whole database: memories/s.
 
     python -m bench.lifecycle [--queries 50] [--small-users 500]
