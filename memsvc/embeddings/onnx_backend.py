@@ -162,9 +162,19 @@ def _locked(path: str) -> t.Iterator[None]:
 
 
 def converted_model(model_dir: str, cache_dir: str, quantize: str = "int8") -> str:
-    """Path of the converted model in ``cache_dir``, building it first if needed."""
+    """Path of the converted BERT model in ``cache_dir``, building it first if needed."""
+    return cached_model(
+        cache_dir, f"encoder-{cache_key(model_dir, quantize)}", lambda: _build(model_dir, quantize)
+    )
+
+
+def cached_model(cache_dir: str, name: str, build: t.Callable[[], t.Any]) -> str:
+    """Path of the model ``name`` in ``cache_dir``, made by ``build()`` first if needed.
+
+    ``name`` must change whenever what ``build`` makes would: a hash of its
+    sources and of the converter's version.
+    """
     os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-    name = f"encoder-{cache_key(model_dir, quantize)}"
     target = os.path.join(cache_dir, name)
     with _locked(target + ".lock"):
         if _intact(target):
@@ -177,7 +187,7 @@ def converted_model(model_dir: str, cache_dir: str, quantize: str = "int8") -> s
             shutil.rmtree(doomed, ignore_errors=True)
         building = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir)  # mode 0700
         try:
-            write_model(_build(model_dir, quantize), building)
+            write_model(build(), building)
             os.rename(building, target)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
@@ -204,6 +214,32 @@ def session_options() -> t.Any:
     return options
 
 
+def load_session(cache_dir: str | None, name: str, build: t.Callable[[], t.Any]) -> t.Any:
+    """An ONNX Runtime session of the model ``build()`` makes, kept in ``cache_dir`` as ``name``.
+
+    :class:`BackendUnavailable` if ONNX Runtime or onnx cannot be imported.
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise BackendUnavailable(f"onnxruntime cannot be imported: {e}") from None
+
+    def load(path: str) -> t.Any:
+        return ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
+
+    try:
+        if cache_dir is None:
+            # Through a file all the same: ONNX Runtime copies weights it is
+            # handed in memory but maps those it reads from a file (148 MB
+            # against 23 MB of private memory, measured).
+            with tempfile.TemporaryDirectory(prefix="memsvc-encoder-") as private:
+                write_model(build(), private)
+                return load(os.path.join(private, MODEL_FILE))
+        return load(cached_model(cache_dir, name, build))
+    except ImportError as e:  # onnx, needed to build the graph
+        raise BackendUnavailable(f"cannot build the ONNX model: {e}") from None
+
+
 class OnnxForward:
     """Padded token ids and mask in, unit-length float32 vectors out, via ONNX Runtime.
 
@@ -217,29 +253,9 @@ class OnnxForward:
     batch_size = 8
 
     def __init__(self, model_dir: str, cache_dir: str | None = None, quantize: str = "int8"):
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError as e:
-            raise BackendUnavailable(f"onnxruntime cannot be imported: {e}") from None
-        try:
-            if cache_dir is None:
-                # Through a file all the same: ONNX Runtime copies weights
-                # it is handed in memory but maps those it reads from a
-                # file (148 MB against 23 MB of private memory, measured).
-                with tempfile.TemporaryDirectory(prefix="memsvc-encoder-") as private:
-                    write_model(_build(model_dir, quantize), private)
-                    self.session = self._load(os.path.join(private, MODEL_FILE))
-            else:
-                self.session = self._load(converted_model(model_dir, cache_dir, quantize))
-        except ImportError as e:  # onnx, needed to build the graph
-            raise BackendUnavailable(f"cannot build the ONNX model: {e}") from None
+        name = "" if cache_dir is None else f"encoder-{cache_key(model_dir, quantize)}"
+        self.session = load_session(cache_dir, name, lambda: _build(model_dir, quantize))
         self.quantize = quantize
-
-    @staticmethod
-    def _load(path: str) -> t.Any:
-        import onnxruntime as ort
-
-        return ort.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
 
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         feed = dict(zip(INPUTS, (ids, mask.astype(np.int64)), strict=True))
