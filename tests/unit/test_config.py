@@ -19,6 +19,7 @@ def make(tmp_path, **settings):
     "setting, value, message",
     [
         ("EMBEDDER", "magic", "MEMSVC_EMBEDDER must be one of local, openai, got 'magic'"),
+        ("LOCAL_MODEL", "bert", "MEMSVC_LOCAL_MODEL must be one of minilm, multilingual, got"),
         ("EMBEDDING_DIMENSIONS", "abc", "MEMSVC_EMBEDDING_DIMENSIONS must be a positive whole"),
         ("EMBEDDING_DIMENSIONS", 0, "MEMSVC_EMBEDDING_DIMENSIONS must be a positive whole"),
         ("EMBEDDING_URL", "ftp://x", "MEMSVC_EMBEDDING_URL must be an http(s) URL"),
@@ -123,6 +124,25 @@ def test_a_database_of_another_model_is_refused_with_directions(tmp_path):
     assert "local:all-MiniLM-L6-v2 (384 dimensions)" in message
     assert "openai:text-embedding-3-small (1536 dimensions)" in message
     assert "memsvc reembed" in message
+
+
+def test_a_minilm_database_is_refused_by_the_multilingual_model_with_directions(tmp_path):
+    make(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        make(tmp_path, LOCAL_MODEL="multilingual")
+    message = str(e.value)
+    assert "holds vectors from local:all-MiniLM-L6-v2 (384 dimensions)" in message
+    assert "local:universal-sentence-encoder-multilingual-3 (512 dimensions)" in message
+    assert "MEMSVC_LOCAL_MODEL" in message and "memsvc reembed" in message
+
+
+def test_the_multilingual_model_takes_no_bert_model_path(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        make(tmp_path, LOCAL_MODEL="multilingual", LOCAL_MODEL_PATH=str(tmp_path))
+    assert str(e.value) == (
+        "MEMSVC_LOCAL_MODEL_PATH replaces the bundled MiniLM model; unset it to use "
+        "MEMSVC_LOCAL_MODEL=multilingual"
+    )
 
 
 def test_an_unusable_database_path_fails_start_up(tmp_path):
