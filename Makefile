@@ -92,11 +92,13 @@ bench: install
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
 	else echo "skipping bench.http_search: it needs wrk (apt-get install wrk)"; fi
 
-# Retrieval quality of the configured embedder on tests/data/eval, through
-# the API: recall, MRR and similarity by question category, and the
-# threshold to recommend. Saved to bench/results/eval.txt.
+# Retrieval quality on tests/data/eval, through the API: recall, MRR and
+# similarity by question category and language, and the threshold to
+# recommend; for the configured embedder (bench/results/eval.txt), then for
+# the bundled multilingual model (bench/results/eval_multilingual.txt).
 eval: install
 	$(BIN)/python -m bench.eval
+	$(BIN)/python -m bench.eval_multilingual
 
 clean:
 	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info

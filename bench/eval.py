@@ -1,9 +1,10 @@
 """Retrieval quality end to end: does memory.search find the memory that answers a question?
 
 Workload: the labelled sets in tests/data/eval (see its README):
-  - facts: 43 end users holding 6 to 56 memories each (640 in all), and 330
+  - facts: 49 end users holding 6 to 56 memories each (742 in all), and 420
     questions, each tagged with a category (paraphrase, exact term,
-    near-miss distractors, non-English) and the memories that answer it;
+    near-miss distractors, non-English, cross-lingual) and the memories that
+    answer it;
   - conversations: 6 end users' multi-session conversations, every dialogue
     turn one memory (1,365 in all), and 285 questions (single fact,
     temporal, multi-hop, updated fact, paraphrase) labelled with the turns
@@ -21,7 +22,8 @@ support is detected from the server's answers, not assumed.
 
 For the facts set, with the configured embedder (the bundled local model
 unless MEMSVC_* says otherwise) and each mode, it prints per category, for
-the English questions together, and for the non-English ones apart:
+the English questions together, and for the non-English and cross-lingual
+ones apart, also by the question's language:
   - recall@1 and recall@5: how often an answer is the first result / in the
     first five (a question with several answers counts its best-ranked one);
   - MRR over the 10 results (0 for a question none of whose answers came back);
@@ -32,8 +34,9 @@ the English questions together, and for the non-English ones apart:
   - exact-term questions split into codes and numbers vs names and words;
   - recall and MRR by chance, with each user's memories in random order:
     a user with 6 memories makes recall@5 easy, and this says how easy.
-Then, from the semantic results on English questions, the threshold that
-maximises (related kept - unrelated passed), rounded to 0.05.
+Then, from the semantic results on English questions (``--sweep all``: on
+every question, for a multilingual model), the threshold that maximises
+(related kept - unrelated passed), rounded to 0.05.
 
 For the conversations and near-miss sets it prints, per category and for
 all questions, hit@1, hit@5, hit@10 and MRR of each mode next to a plain
@@ -44,6 +47,7 @@ question's decoys (a superseded statement; a look-alike).
 
     python -m bench.eval [--set NAME ...] [--limit-users N] [--json PATH]  # or: make eval
     python -m bench.eval --set conversations --json out.json     # one set, every figure
+    python -m bench.eval_multilingual      # all of it with MEMSVC_LOCAL_MODEL=multilingual
     MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_URL=... \
         MEMSVC_EMBEDDING_API_KEY=... python -m bench.eval      # another embedder
 
@@ -80,10 +84,11 @@ DATA = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "eval"
 TENANT = "eval"
 LIMIT = 10
 THRESHOLDS = (0.3, 0.5, 0.7)
-CATEGORIES = ("paraphrase", "exact", "distractor", "non_english")
-# Reported apart: the bundled model is English-only, so these would drag
-# the overall figures (and the recommended threshold) down for a known reason.
-SEPARATE = "non_english"
+CATEGORIES = ("paraphrase", "exact", "distractor", "non_english", "cross_lingual")
+# Reported apart, and by the question's language: the default model is
+# English-only, so these would drag the overall figures (and the
+# recommended threshold) down for a known reason.
+SEPARATE = ("non_english", "cross_lingual")
 MODES = ("semantic", "keyword", "hybrid")
 # memory.search's threshold when the caller gives none.
 DEFAULT_THRESHOLD = 0.7
@@ -102,6 +107,7 @@ class Question:
     near_misses: frozenset[str]
     candidates: int  # how many memories the user holds
     term: str | None = None
+    language: str | None = None  # the question's, in the SEPARATE categories
 
 
 @dataclasses.dataclass
@@ -134,6 +140,7 @@ def load(directory: pathlib.Path, prefix: str = "") -> list[User]:
                 frozenset(r.get("near_misses", ())),
                 len(memories),
                 r.get("term"),
+                r.get("language"),
             )
             for r in records
             if r["kind"] == "question"
@@ -357,6 +364,15 @@ def figures(questions: list[Question], hits: dict[Question, list[Hit]]) -> dict[
     return out
 
 
+def by_language(questions: list[Question], hits: dict[Question, list[Hit]]) -> dict[str, t.Any]:
+    """Figures of the SEPARATE categories by the question's language: ``"non_english:de"``."""
+    groups: dict[str, list[Question]] = collections.defaultdict(list)
+    for q in questions:
+        if q.category in SEPARATE:
+            groups[f"{q.category}:{q.language}"].append(q)
+    return {key: figures(group, hits) for key, group in sorted(groups.items())}
+
+
 def chance_recall(q: Question, k: int) -> float:
     """Recall@k if the user's memories came back in random order.
 
@@ -524,11 +540,14 @@ def run(
     users: list[User],
     database: str | None = None,
     ranked: t.Mapping[str, list[User]] | None = None,
+    sweep_on: str = "english",
 ) -> dict[str, t.Any]:
     """Store every memory, ask every question in every supported mode; all figures.
 
     ``users`` are the facts set's (none to leave it out); ``ranked`` maps
     the name of each other set to run to its users. One server holds them all.
+    ``sweep_on``: the facts questions the threshold sweep counts, ``"english"``
+    or ``"all"``.
     """
     questions = [q for u in users for q in u.questions]
     ranked = dict(ranked or {})
@@ -580,12 +599,13 @@ def run(
 
     by_mode = {}
     for mode, mode_hits in hits.items():
-        english = [q for q in questions if q.category != SEPARATE]
+        english = [q for q in questions if q.category not in SEPARATE]
         by_mode[mode] = {
             "categories": {
                 c: figures([q for q in questions if q.category == c], mode_hits) for c in CATEGORIES
             },
             "english": figures(english, mode_hits),
+            "languages": by_language(questions, mode_hits),
             # Identifiers and numbers are where a text embedding is weakest.
             "exact_terms": {
                 "with_digits": figures(
@@ -613,8 +633,8 @@ def run(
                 for q in questions
             ],
         }
-    english = [q for q in questions if q.category != SEPARATE]
-    related, unrelated = pair_similarities(english, hits["semantic"])
+    swept = questions if sweep_on == "all" else [q for q in questions if q.category not in SEPARATE]
+    related, unrelated = pair_similarities(swept, hits["semantic"])
     out = {
         "embedder": {"model_id": model_id, "dimensions": dimensions},
         "dataset": {
@@ -626,6 +646,7 @@ def run(
         "modes": by_mode,
         "skipped_modes": {} if why_not is None else {m: why_not for m in MODES[1:]},
         "threshold": {
+            "questions": sweep_on,
             "sweep": sweep(related, unrelated),
             **best_threshold(related, unrelated),
         },
@@ -650,6 +671,7 @@ LABELS = {
     "exact": "exact term",
     "distractor": "distractors",
     "non_english": "non-English",
+    "cross_lingual": "cross-lingual",
 }
 
 
@@ -698,10 +720,14 @@ def report_facts(out: dict[str, t.Any]) -> None:
         print(f"{'':<16}{'':>5}{'':>28}   {'related pairs':^21}   {'unrelated pairs':^21}")
         print(f"{'category':<16}{'n':>5}{'R@1':>7}{'R@5':>7}{'MRR':>7}{'miss':>7}   {th}   {th}")
         for c in CATEGORIES:
-            if c != SEPARATE:
+            if c not in SEPARATE:
                 print(row(LABELS[c], m["categories"][c]))
         print(row("all English", m["english"]))
-        print(row(LABELS[SEPARATE], m["categories"][SEPARATE]))
+        for c in SEPARATE:
+            print(row(LABELS[c], m["categories"][c]))
+            for key, f in m["languages"].items():
+                if key.startswith(c + ":"):
+                    print(row(f"  asked in {key.split(':')[1]}", f))
         digits, words = m["exact_terms"]["with_digits"], m["exact_terms"]["words"]
         if digits["questions"] and words["questions"]:
             print(
@@ -732,7 +758,8 @@ def report_facts(out: dict[str, t.Any]) -> None:
 
     t_ = out["threshold"]
     print()
-    print("threshold sweep (semantic, English questions; an answer not in the top 10 is not kept)")
+    swept = "all questions" if t_["questions"] == "all" else "English questions"
+    print(f"threshold sweep (semantic, {swept}; an answer not in the top 10 is not kept)")
     print(f"{'threshold':<10}{'related kept':>14}{'unrelated passed':>18}{'difference':>12}")
     for r in t_["sweep"]:
         diff = r["related_kept"] - r["unrelated_passed"]
@@ -837,6 +864,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="read the set from DIR (the facts set, or the one --set names)",
     )
     parser.add_argument(
+        "--sweep",
+        choices=("english", "all"),
+        default="english",
+        help="the facts questions the threshold sweep counts: English ones (for an English-only "
+        "model, the default) or all, other languages and cross-lingual ones included",
+    )
+    parser.add_argument(
         "--database",
         default=None,
         metavar="URL",
@@ -867,7 +901,8 @@ def main(argv: list[str] | None = None) -> dict[str, t.Any]:
 
     chosen = [name for name in SETS if name in args.sets]
     facts = users_of("facts") if "facts" in chosen else []
-    out = run(facts, args.database, {name: users_of(name) for name in chosen if name != "facts"})
+    ranked = {name: users_of(name) for name in chosen if name != "facts"}
+    out = run(facts, args.database, ranked, args.sweep)
     report(out)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")

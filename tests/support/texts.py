@@ -1,7 +1,8 @@
 """Long texts made on the spot, the same for a given seed: English prose and Chinese.
 
-English: the memories of ``tests/data/eval`` (640 sentences an assistant would
-store) in a random order, as one text. Chinese: random characters of the
+English: the memories of the users of ``tests/data/eval`` who write English
+only (640 sentences an assistant would store) in a random order, as one
+text. Chinese: random characters of the
 CJK Unified Ideographs block (U+4E00 to U+9FA5, every common character
 among them) in phrases of 4 to 30, separated by full-width commas and ended
 by full-width full stops, as Chinese prose is punctuated. Nothing is
@@ -23,10 +24,12 @@ CJK_FIRST, CJK_LAST = 0x4E00, 0x9FA5
 def _sentences() -> tuple[str, ...]:
     out = []
     for path in sorted(EVAL.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            item = json.loads(line)
-            if item["kind"] == "memory":
-                out.append(item["content"])
+        memories = [json.loads(line) for line in path.read_text().splitlines()]
+        memories = [item for item in memories if item["kind"] == "memory"]
+        # A memory in another language carries its own; its user writes
+        # more than English.
+        if not any("language" in item for item in memories):
+            out += [item["content"] for item in memories]
     return tuple(out)
 
 

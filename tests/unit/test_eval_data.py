@@ -17,8 +17,8 @@ import pytest
 EVAL_DIR = pathlib.Path(__file__).resolve().parents[1] / "data" / "eval"
 FILES = sorted(EVAL_DIR.glob("*.jsonl"))
 
-CATEGORIES = ("paraphrase", "exact", "distractor", "non_english")
-MEMORY_FIELDS = {"kind", "id", "content"}
+CATEGORIES = ("paraphrase", "exact", "distractor", "non_english", "cross_lingual")
+MEMORY_FIELDS = {"kind", "id", "content"}  # and "language" for a memory not in English
 QUESTION_FIELDS = {"kind", "id", "category", "question", "answers"}
 # The field each category must carry on top of QUESTION_FIELDS, and no other.
 EXTRA_FIELD = {
@@ -26,6 +26,7 @@ EXTRA_FIELD = {
     "exact": "term",
     "distractor": "near_misses",
     "non_english": "language",
+    "cross_lingual": "language",
 }
 
 # Words that say nothing about the topic: a paraphrase may share these freely.
@@ -37,6 +38,21 @@ STOPWORDS = set(
     under every each there here out off very more most""".split()
 )
 MAX_SHARED_WORDS = 2
+# Scripts a text's language must (or must not) be written in.
+HAN = re.compile(r"[\u4e00-\u9fff]")
+KANA = re.compile(r"[\u3040-\u30ff]")
+HANGUL = re.compile(r"[\uac00-\ud7af]")
+
+
+def written_in(text: str, language: str) -> bool:
+    """Whether ``text`` is in the script of ``language``, as far as scripts tell."""
+    if language == "zh":
+        return bool(HAN.search(text)) and not KANA.search(text)
+    if language == "ja":
+        return bool(KANA.search(text))
+    if language == "ko":
+        return bool(HANGUL.search(text))
+    return not (HAN.search(text) or KANA.search(text) or HANGUL.search(text))
 
 
 def content_words(text: str) -> set[str]:
@@ -63,18 +79,30 @@ def read(path: pathlib.Path) -> list[dict]:
 def test_the_set_is_large_and_balanced():
     users = memories = 0
     categories: collections.Counter[str] = collections.Counter()
+    memory_languages: collections.Counter[str] = collections.Counter()
+    asked_in: dict[str, set[str]] = collections.defaultdict(set)
     for path in FILES:
         records = read(path)
         users += 1
         memories += sum(r.get("kind") == "memory" for r in records)
+        memory_languages.update(r.get("language", "en") for r in records if r["kind"] == "memory")
         categories.update(r.get("category") for r in records if r.get("kind") == "question")
+        for r in records:
+            if r.get("category") in ("non_english", "cross_lingual"):
+                asked_in[r["category"]].add(r["language"])
     assert users >= 40
     assert memories >= 600
     assert sum(categories.values()) >= 300
     assert categories["paraphrase"] >= 80
     assert categories["exact"] >= 80
     assert categories["distractor"] >= 60
-    assert 8 <= categories["non_english"] <= 20
+    assert categories["non_english"] >= 40
+    assert categories["cross_lingual"] >= 40
+    # Memories in at least five languages besides English, 10 or more each,
+    # asked about in their own language and from others, English included.
+    assert len([n for language, n in memory_languages.items() if language != "en" and n >= 10]) >= 5
+    assert len(asked_in["non_english"]) >= 5
+    assert len(asked_in["cross_lingual"]) >= 5 and "en" in asked_in["cross_lingual"]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
@@ -82,15 +110,21 @@ def test_file_is_well_formed(path: pathlib.Path):
     assert re.fullmatch(r"[a-z]+(-[a-z]+)*", path.stem), "user ids: lower-case words and dashes"
     records = read(path)
     memories: dict[str, str] = {}
+    languages: dict[str, str] = {}
     question_ids: set[str] = set()
     for r in records:
         where = f"{path.name} {r.get('id')}"
         if r.get("kind") == "memory":
-            assert set(r) == MEMORY_FIELDS, where
+            assert set(r) in (MEMORY_FIELDS, MEMORY_FIELDS | {"language"}), where
             assert re.fullmatch(r"m[1-9][0-9]*", r["id"]), where
             assert r["id"] not in memories, f"{where}: duplicate id"
             assert isinstance(r["content"], str) and r["content"].strip(), where
+            language = r.get("language", "en")
+            assert re.fullmatch(r"[a-z]{2}", language), where
+            assert "language" not in r or language != "en", f"{where}: English is the default"
+            assert written_in(r["content"], language), f"{where}: not written in {language}"
             memories[r["id"]] = r["content"]
+            languages[r["id"]] = language
         else:
             assert r.get("kind") == "question", f"{where}: kind must be memory or question"
             assert re.fullmatch(r"q[1-9][0-9]*", r["id"]), where
@@ -128,8 +162,19 @@ def test_file_is_well_formed(path: pathlib.Path):
             assert all(n in memories for n in near), f"{where}: unknown near miss"
             assert not set(near) & set(answers), f"{where}: a near miss is also an answer"
             assert 30 <= len(memories) <= 80, f"{where}: distractor users hold 30-80 memories"
-        elif category == "non_english":
-            assert re.fullmatch(r"[a-z]{2}", r["language"]) and r["language"] != "en", where
+        elif category in ("non_english", "cross_lingual"):
+            language = r["language"]
+            assert re.fullmatch(r"[a-z]{2}", language), where
+            assert written_in(r["question"], language), f"{where}: not written in {language}"
+            answered_in = {languages[a] for a in answers}
+            if category == "non_english":
+                assert language != "en" and answered_in == {language}, (
+                    f"{where}: a non_english question is answered in its own language"
+                )
+            else:
+                assert language not in answered_in, (
+                    f"{where}: a cross_lingual question is answered in another language"
+                )
         else:
             shared = content_words(r["question"]) & set().union(
                 *(content_words(memories[a]) for a in answers)

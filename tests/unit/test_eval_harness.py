@@ -18,7 +18,7 @@ import pytest
 from bench import bm25
 from bench import eval as harness
 
-USERS = ("noor-smallholding", "amara-chef", "aisha-marine")
+USERS = ("noor-smallholding", "amara-chef", "aisha-marine", "jonas-hamburg")
 
 
 def copy_users(tmp_path: pathlib.Path, names: t.Iterable[str]) -> pathlib.Path:
@@ -48,7 +48,7 @@ def test_runs_end_to_end_through_the_api(tmp_path, capsys):
 
     assert json.loads((tmp_path / "eval.json").read_text()) == json.loads(json.dumps(out))
     assert out["embedder"] == {"model_id": "local:all-MiniLM-L6-v2", "dimensions": 384}
-    assert out["dataset"]["users"] == 3
+    assert out["dataset"]["users"] == len(USERS)
     assert out["dataset"]["memories"] == sum(len(u.memories) for u in users)
     assert set(out["dataset"]["questions"]) == set(harness.CATEGORIES)
     # Semantic always; keyword and hybrid either run or are reported as skipped.
@@ -75,7 +75,11 @@ def test_runs_end_to_end_through_the_api(tmp_path, capsys):
     assert 0 <= recommended <= 1 and math.isclose(recommended * 20, round(recommended * 20))
     printed = capsys.readouterr().out
     assert f"recommended threshold for local:all-MiniLM-L6-v2: {recommended:.2f}" in printed
-    assert "non-English" in printed
+    assert "non-English" in printed and "cross-lingual" in printed and "asked in de" in printed
+    assert set(semantic["languages"]) == {
+        "non_english:de", "cross_lingual:de", "cross_lingual:en", "cross_lingual:es",
+        "cross_lingual:fr", "cross_lingual:zh",
+    }  # fmt: skip
 
 
 def test_scores_search_modes_when_the_server_has_them(tmp_path, monkeypatch):
@@ -102,6 +106,24 @@ def test_scores_search_modes_when_the_server_has_them(tmp_path, monkeypatch):
     semantic, keyword = out["modes"]["semantic"], out["modes"]["keyword"]
     assert keyword["english"] == semantic["english"]
     assert all(q["matched_by"] for q in keyword["questions"])
+
+
+def test_the_threshold_sweep_counts_every_question_when_asked(tmp_path, capsys):
+    data = copy_users(tmp_path, ("noor-smallholding", "jonas-hamburg"))
+    out = harness.main(["--data", str(data), "--sweep", "all"])
+    questions = out["modes"]["semantic"]["questions"]
+    hits = {
+        q: [harness.Hit(m, s, None) for m, s in asked["results"]]
+        for q, asked in zip(
+            [q for u in harness.load(data) for q in u.questions], questions, strict=True
+        )
+    }
+    related, unrelated = harness.pair_similarities(list(hits), hits)
+    assert out["threshold"]["questions"] == "all"
+    assert (
+        out["threshold"]["recommended"] == harness.best_threshold(related, unrelated)["recommended"]
+    )
+    assert "threshold sweep (semantic, all questions;" in capsys.readouterr().out
 
 
 def test_limit_users_takes_large_and_small_users():
