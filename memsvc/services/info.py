@@ -9,9 +9,14 @@ from ..limits import Limits
 
 #: Thresholds measured with ``make eval`` (bench/eval.py) on memsvc's
 #: labelled set: the similarity that best separates related from unrelated
-#: memories. Operators measure other models the same way and set
-#: MEMSVC_RECOMMENDED_THRESHOLD.
-MEASURED_THRESHOLDS = {"local:all-MiniLM-L6-v2": 0.35}
+#: memories, over the English questions for MiniLM (which reads English
+#: only) and over every question for the multilingual model
+#: (bench/eval_multilingual.py). Operators measure other models the same
+#: way and set MEMSVC_RECOMMENDED_THRESHOLD.
+MEASURED_THRESHOLDS = {
+    "local:all-MiniLM-L6-v2": 0.35,
+    "local:universal-sentence-encoder-multilingual-3": 0.2,
+}
 
 
 def recommended_threshold(embedder: Embedder, settings: t.Mapping[str, t.Any]) -> float | None:

@@ -53,6 +53,17 @@ def test_a_german_memory_is_found_first_by_a_german_and_an_english_question(conf
     assert results[0]["similarity"] > results[1]["similarity"] + 0.1
 
 
+def test_service_info_reports_the_multilingual_model_and_its_threshold(configured):
+    client, headers = configured(LOCAL_MODEL="multilingual")
+    info = data(query(client, "service.info", headers=headers))
+    assert info["embedder"] == {
+        "model": MODEL,
+        "dimensions": 512,
+        "maxTokens": 256,
+        "recommendedThreshold": 0.2,
+    }
+
+
 def test_reembed_moves_a_minilm_database_to_the_multilingual_model(
     make_app, cli_context, multilingual_embedder
 ):

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from memsvc.embeddings import InputTooLong
+from memsvc.embeddings.multilingual import MODEL_ID
 from memsvc.embeddings.multilingual import MultilingualEmbedder
 from memsvc.embeddings.use import UseEncoder
 from memsvc.embeddings.windows import document_vectors
 from memsvc.embeddings.windows import query_vector
+from memsvc.services.info import MEASURED_THRESHOLDS
 from tests.unit.test_windows import covered
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
@@ -109,12 +111,21 @@ def test_a_question_in_another_language_finds_the_memory(multilingual_embedder):
         assert float(memory @ question) > float(unrelated @ question) + 0.2
 
 
-def test_unrelated_chinese_sentences_score_low(multilingual_embedder):
-    vectors = multilingual_embedder.embed(
-        ["我女儿对花生过敏。", "下周二我要去看牙医。", "他的车是一辆蓝色的丰田。", "年会在十二月。"]
-    )
-    similarities = vectors @ vectors.T
-    assert similarities[~np.eye(4, dtype=bool)].max() < 0.35
+def test_unrelated_chinese_sentences_score_below_the_recommended_threshold(
+    multilingual_embedder, local_embedder
+):
+    chinese = [
+        "我女儿对花生过敏。",
+        "下周二我要去看牙医。",
+        "他的车是一辆蓝色的丰田。",
+        "年会在十二月。",
+    ]
+    unrelated = ~np.eye(len(chinese), dtype=bool)
+    vectors = multilingual_embedder.embed(chinese)
+    assert (vectors @ vectors.T)[unrelated].max() < MEASURED_THRESHOLDS[MODEL_ID]
+    # What it replaces: MiniLM finds them all alike, far above its own threshold.
+    vectors = local_embedder.embed(chinese)
+    assert (vectors @ vectors.T)[unrelated].min() > MEASURED_THRESHOLDS["local:all-MiniLM-L6-v2"]
 
 
 def test_text_over_the_model_limit_is_refused_not_truncated(multilingual_embedder):
