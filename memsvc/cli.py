@@ -20,6 +20,7 @@ from . import clock
 from . import settings as settings_table
 from . import tokens
 from .embeddings import Embedder
+from .embeddings import make_embedder
 from .errors import ApiError
 from .errors import ConfigError
 from .limits import MAX_CONCURRENT
@@ -225,8 +226,12 @@ def run(ctx: Context, bind: str | None, workers: int | None, threads: int | None
     if bind is not None and not _BIND.check(bind):
         raise click.BadParameter(f"must be {_BIND.expected}", param_hint="--bind")
     # Every setting is checked before gunicorn loads: gunicorn itself would
-    # fail with a traceback on some (WEB_CONCURRENCY=abc).
-    ctx.settings()
+    # fail with a traceback on some (WEB_CONCURRENCY=abc). So is the model's
+    # package: making the embedder finds it, loading nothing yet.
+    try:
+        make_embedder(ctx.settings())
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
     from .serving import config
     from .serving.run import Server
 

