@@ -8,9 +8,9 @@ Python and numpy). Two forwards compute the same float32 vectors (to about
 - ``onnx``: the graph of :mod:`.use_graph` on ONNX Runtime, one thread,
   converted once per box into the cache folder as MiniLM's is
   (:mod:`.onnx_backend`), the embedding table memory-mapped and shared by
-  every worker. Measured on one core (``bench/multilingual.py``): a third
-  to a half of numpy's time for one sentence, about 1.4x its batch
-  throughput, and half its private memory per process (67 against 123 MB).
+  every worker. Measured on one core (``bench/multilingual.py``): half
+  numpy's time for one sentence or less, 1.4 to 1.7x its batch throughput,
+  and half its private memory per process (67 against 122 MB).
 - ``numpy``: the package's own forward, the fallback where ONNX Runtime
   cannot run; each process holds its own copy of the 65 MB table.
 """
