@@ -85,6 +85,7 @@ bench: install
 	$(BIN)/python -m bench.search
 	$(BIN)/python -m bench.lifecycle
 	$(BIN)/python -m bench.postgres
+	$(BIN)/python -m bench.keyword_scale
 	$(BIN)/python -m bench.embedding
 	$(BIN)/python -m bench.long_texts
 	$(BIN)/python -m bench.noisy_key
