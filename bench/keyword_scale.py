@@ -1,14 +1,17 @@
 """Whether a search costs what the user has or what the database has: 50,000 against 1,000,000.
 
 One database per store is built to 50,000 memories (500 users of 100),
-measured, then grown to 1,000,000 (10,000 users of 100) and measured again,
-in the same run; the figures to read are the ratios of the two. Both
-stores: SQLite (memory-mapped as memsvc opens it) and PostgreSQL (the
-tests' PostgreSQL 16 with pgvector, default settings, on a unix socket).
+copied as it is, then grown to 1,000,000 (10,000 users of 100); the copy
+and the grown database are then searched side by side, taking turns search
+by search, so that other work on the machine slows both sizes alike. The
+figures to read are the ratios of the two. Both stores: SQLite (memory-
+mapped as memsvc opens it) and PostgreSQL (the tests' PostgreSQL 16 with
+pgvector, default settings, on a unix socket; the copy is a ``CREATE
+DATABASE ... TEMPLATE``).
 
 Workload (seeded). Every memory is 15-40 words: words drawn with Zipf
-frequencies from a vocabulary of about 6,000 (English function words at
-the head, then made-up words), one to three words of the user's two topics
+frequencies from a vocabulary of 6,000 (English function words at the
+head, then made-up words), one to three words of the user's two topics
 (300 topics of 12 words each), sometimes one of the user's names (from a
 pool of 2,000 shared by all users) or codes ("INV-004217"). So a common
 word's memories run to hundreds of thousands across the database. Vectors
@@ -22,26 +25,28 @@ measurements).
 
 Queries are 2-6 words, six kinds: words of one of the user's memories;
 common words; rare words; a name or code of the user's with common
-words; words only other users have (another topic, another user's code);
-and a mix of a common, a rare and a topic word. Each query's vector is
-made beforehand: the timings are memsvc's search path
+words; words only other users have (another topic, another user's
+number); and a mix of a common, a rare and a topic word. Each query's
+vector is made beforehand: the timings are memsvc's search path
 (:func:`memsvc.search.search`: its read transactions, the store's queries,
 ranking), not a model. Limit 10, threshold 0 (every keyword match counts).
 
-Each size is measured by a new "worker" (its own connection and search
-cache, 256 MB as memsvc's default), the modes taking turns query by query:
+Each size has its own "workers" (a connection and a search cache of
+256 MB, memsvc's default, each); the modes take turns query by query:
 
-  warm            20 users, each searched a few times first, then 12
-                  queries each (240 per mode)
+  warm            20 users, each searched twice in each mode first, then
+                  12 queries each (240 per mode)
   service call    the same through ``memsvc.services.memories.search``,
                   with a query-embedding cache that holds every query
-  first search    users this worker has not searched (480 at each size,
-                  the same users and queries at both): each user's first
-                  search in each mode, the user's vectors not cached, the
-                  modes taking turns at going first; the database's pages
-                  are in the OS page cache, not in the worker
-  first search,   at 1M only: the same for 480 of the users added since,
-   new user       compared with the 50k first searches
+  first search    480 users not searched before, the same users and
+                  queries at both sizes: one worker per mode, so each
+                  search is its worker's first of that user (nothing of
+                  the user in its search cache, connection or memory
+                  map); the modes take turns at going first. The
+                  database's pages are in the OS page cache.
+  first search,   at 1M only: the same for 480 of the users added since
+   new user       (their memories spread over the whole database),
+                  compared with the 50k first searches
 
 Printed: p50/p95 per store, search and size, the 1M/50k ratios, whether
 every search answered the same at both sizes, build rates, bytes on disk
@@ -415,62 +420,67 @@ class Measured:
 
 
 def measure(
-    workers: tuple[Worker, Worker],
+    opens: tuple[t.Callable[[], Store], t.Callable[[], Store]],
     queries: Queries,
     warm_users: t.Sequence[int],
     warm_queries: int,
     cold_users: t.Sequence[int],
     new_users: t.Sequence[int],
 ) -> Measured:
-    """Both sizes side by side, taking turns search by search (which goes first alternates)."""
+    """Both sizes side by side, taking turns search by search (which goes first alternates).
+
+    ``opens`` open a connection to the small and to the large database. Each
+    size gets a worker for the warm searches, and one per mode for first
+    searches, so that each of those is its worker's first search of the user.
+    """
     load = os.getloadavg()[0]
     times: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
     answers: dict[tuple[str, int, str, int], tuple[str, ...]] = {}
     found: dict[tuple[str, str], list[int]] = collections.defaultdict(list)
     turn = itertools.count()
+    workers = [{role: Worker(open_(), queries) for role in ("warm", *MODES)} for open_ in opens]
 
-    def both(row: str, mode: str, q: Query, service_call: bool = False) -> None:
+    def both(row: str, role: str, mode: str, q: Query, service_call: bool = False) -> None:
         order = (0, 1) if next(turn) % 2 else (1, 0)
         for size in order:
-            worker = workers[size]
+            worker = workers[size][role]
             if service_call:
                 times[(row, size)].append(worker.whole(mode, q))
                 continue
             seconds, ids = worker.direct(mode, q)
             times[(row, size)].append(seconds)
             answers[(mode, q.who.number, q.text, size)] = ids
-            if row.endswith("warm") and size == 0:
+            if role == "warm" and size == 0:
                 found[(mode, q.kind)].append(len(ids))
 
-    # Warm: each user searched a few times in each mode first.
-    for number in warm_users:
-        for j, mode in itertools.product((warm_queries, warm_queries + 1), MODES):
-            q = queries.make(number, j)
-            for worker in workers:
-                worker.direct(mode, q)
-    for number, j in itertools.product(warm_users, range(warm_queries)):
-        q = queries.make(number, j)
-        for mode in MODES:  # the modes take turns too: a busy moment hits all alike
-            both(f"{mode}, warm", mode, q)
-        for mode in MODES:
-            both(f"{mode}, service call, warm", mode, q, service_call=True)
-
-    # First searches: each user's first in each mode, the modes taking turns
-    # at going first; the user's vectors are not in the search cache.
-    for i, (number, new) in enumerate(itertools.zip_longest(cold_users, new_users)):
-        for m in range(len(MODES)):
-            mode = MODES[(i + m) % len(MODES)]
-            j = (i // len(MODES) + m) % len(KINDS)
-            if number is not None:
+    try:
+        # Warm: each user searched a few times in each mode first.
+        for number in warm_users:
+            for j, mode in itertools.product((warm_queries, warm_queries + 1), MODES):
                 q = queries.make(number, j)
-                for worker in workers:
-                    worker.cache.forget(TENANT, q.who.id)
-                both(f"{mode}, first search", mode, q)
-            if new is not None:
-                q = queries.make(new, j)
-                workers[1].cache.forget(TENANT, q.who.id)
-                seconds, _ = workers[1].direct(mode, q)
-                times[(f"{mode}, first search, new user", 1)].append(seconds)
+                for size in (0, 1):
+                    workers[size]["warm"].direct(mode, q)
+        for number, j in itertools.product(warm_users, range(warm_queries)):
+            q = queries.make(number, j)
+            for mode in MODES:  # the modes take turns too: a busy moment hits all alike
+                both(f"{mode}, warm", "warm", mode, q)
+            for mode in MODES:
+                both(f"{mode}, service call, warm", "warm", mode, q, service_call=True)
+
+        # First searches: a user's first by each mode's worker, the modes taking
+        # turns at going first.
+        for i, (number, new) in enumerate(itertools.zip_longest(cold_users, new_users)):
+            for m in range(len(MODES)):
+                mode = MODES[(i + m) % len(MODES)]
+                j = (i // len(MODES) + m) % len(KINDS)
+                if number is not None:
+                    both(f"{mode}, first search", mode, mode, queries.make(number, j))
+                if new is not None:
+                    seconds, _ = workers[1][mode].direct(mode, queries.make(new, j))
+                    times[(f"{mode}, first search, new user", 1)].append(seconds)
+    finally:
+        for worker in (w for size in workers for w in size.values()):
+            close(worker.store)
     return Measured(dict(times), answers, dict(found), (load, os.getloadavg()[0]))
 
 
@@ -598,12 +608,8 @@ def run_store(
                 queries.make(number, j)
         for number, j in itertools.product(cold + new, range(len(KINDS))):
             queries.make(number, j)
-        workers = (Worker(db.open(copy=True), queries), Worker(db.open(), queries))
-        try:
-            run.measured = measure(workers, queries, warm, warm_queries, cold, new)
-        finally:
-            for worker in workers:
-                close(worker.store)
+        opens = (lambda: db.open(copy=True), db.open)
+        run.measured = measure(opens, queries, warm, warm_queries, cold, new)
     finally:
         db.remove()
     run.seconds = time.perf_counter() - started
@@ -662,10 +668,9 @@ def report(runs: list[StoreRun], warm_users: int, warm_queries: int) -> None:
             )
     print(
         f"warm: {warm_users} users x {warm_queries} queries, each user searched twice in each "
-        f"mode first; first search: users this worker has not searched, one search per mode "
-        f"each, the user's vectors not in the search cache (the same users and queries at {a} "
-        f"and {b}); new user: as many of the users added between {a} and {b}, against the "
-        f"{a} first searches; {b}/{a}: ratio of the p50s, then of the p95s"
+        f"mode first; first search: a user's first search by that mode's worker (the same "
+        f"users and queries at {a} and {b}); new user: as many of the users added between {a} "
+        f"and {b}, against the {a} first searches; {b}/{a}: ratio of the p50s, then of the p95s"
     )
     print(
         "largest p50 ratio of memsvc.search.search: "
