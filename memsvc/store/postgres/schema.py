@@ -3,8 +3,9 @@
 The same data as the SQLite schema (:mod:`memsvc.store.schema`), in
 PostgreSQL's terms: vectors in a pgvector ``vector`` column, one row per
 window, keyed by user and a vector id counted per user (``memory_users.max_vid``,
-so no global counter serialises writers); the keyword index a ``tsvector``
-computed from the text; the limiter's state in tables of its own
+so no global counter serialises writers); the keyword index the same rows
+as SQLite's (:mod:`..postings`; schema 4 had a ``tsvector`` computed from the
+text); the limiter's state in tables of its own
 (:mod:`.limits`). Version numbers are shared with SQLite: a PostgreSQL
 database starts at the version that first supported it.
 """
@@ -21,10 +22,7 @@ from .limits import SCHEMA as LIMITS_SCHEMA
 #: The first schema version a PostgreSQL database can have.
 FIRST_VERSION = 4
 
-#: The text search configuration of the keyword index. The text is indexed
-#: with punctuation as spaces, so that words are runs of letters and digits
-#: as queries see them (PostgreSQL's parser alone reads "TRI-88214" as "tri"
-#: and "-88214", which a query for 88214 would not match).
+#: Schema 4's text search configuration (its keyword index, until schema 5).
 TEXT_SEARCH = "english"
 
 #: One row per window; a user's vectors are read in order of the primary key.
