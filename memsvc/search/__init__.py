@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing as t
 
 import numpy as np
 
@@ -106,25 +107,69 @@ def nearest(
     newest; exact whichever path is taken.
     """
     with store.read():
-        state = store.user_state(tenant, user_id)
-        if state is None or state.count == 0:
-            if cache is not None:
-                cache.forget(tenant, user_id)
-            return []
-        snapshot = cache.current(store, tenant, user_id, state) if cache is not None else None
-        if snapshot is not None:
-            best = _scan(snapshot, query, k, threshold, scope)
-            if scope.filter and cache is not None:
-                cache.settle(tenant, user_id, snapshot)  # it may have built filter columns
-        else:
-            best = _knn(store, tenant, user_id, state, query, k, threshold, scope)
-        found = store.memories_by_seq([seq for seq, _ in best])
-    return [ScoredMemory(found[seq], similarity) for seq, similarity in best if seq in found]
+        hits, _ = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
+        return _memories(store, hits)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Hit:
+    """A memory a search found, before its record is read."""
+
+    seq: int
+    cosine: float
+    created: int
+    #: The keyword match's BM25 score and strength (:mod:`.keyword`), if it matched.
+    bm25: float | None = None
+    strength: float | None = None
+
+
+def _memories(
+    store: Store, hits: list[_Hit], **fields: t.Callable[[_Hit], t.Any]
+) -> list[ScoredMemory]:
+    """The found memories' records, read once, in the order of ``hits``.
+
+    ``fields``: more :class:`ScoredMemory` fields, each computed from a hit.
+    """
+    found = store.memories_by_seq([hit.seq for hit in hits])
+    return [
+        ScoredMemory(found[hit.seq], hit.cosine, **{n: f(hit) for n, f in fields.items()})
+        for hit in hits
+        if hit.seq in found
+    ]
+
+
+def _semantic(
+    store: Store,
+    cache: SearchCache | None,
+    tenant: str,
+    user_id: str,
+    query: np.ndarray,
+    k: int,
+    threshold: float,
+    scope: Scope,
+) -> tuple[list[_Hit], Snapshot | None]:
+    """:func:`nearest`'s hits, and the snapshot they came from (None: through the store).
+
+    Call inside a read transaction.
+    """
+    state = store.user_state(tenant, user_id)
+    if state is None or state.count == 0:
+        if cache is not None:
+            cache.forget(tenant, user_id)
+        return [], None
+    snapshot = cache.current(store, tenant, user_id, state) if cache is not None else None
+    if snapshot is not None:
+        best = _scan(snapshot, query, k, threshold, scope)
+        if scope.filter and cache is not None:
+            cache.settle(tenant, user_id, snapshot)  # it may have built filter columns
+    else:
+        best = _knn(store, tenant, user_id, state, query, k, threshold, scope)
+    return [_Hit(seq, cosine, created) for seq, cosine, created in best], snapshot
 
 
 def _scan(
     snap: Snapshot, query: np.ndarray, k: int, threshold: float, scope: Scope
-) -> list[tuple[int, float]]:
+) -> list[tuple[int, float, int]]:
     """Score every memory of a snapshot, then rank the candidates exactly."""
     scores = snap.entry_scores(snap.row_scores(query))
     admitted = np.flatnonzero(scope.mask(snap))
@@ -144,7 +189,7 @@ def _knn(
     k: int,
     threshold: float,
     scope: Scope,
-) -> list[tuple[int, float]]:
+) -> list[tuple[int, float, int]]:
     """The uncached path: sqlite-vec KNN candidates, widened until complete, ranked exactly.
 
     KNN returns windows most similar first, so a memory's first window in
@@ -210,48 +255,45 @@ def search(
     match first. ``hybrid``: the best semantic and keyword candidates
     together, ordered by :func:`.keyword.hybrid_score`. Either way each
     result's ``similarity`` is its cosine and ``threshold`` a floor on it.
+    Only the answer's memories are read, once.
     """
     if mode == "semantic":
         return nearest(store, cache, tenant, user_id, query, k, threshold, scope)
     with store.read():  # both halves of a hybrid search see one snapshot
         if mode == "keyword":
-            matches = _keyword(store, tenant, user_id, query, text, k, threshold, scope)
-            return [
-                dataclasses.replace(r, matched_by=("keyword",), keyword=strength, score=bm25)
-                for r, bm25, strength in matches
-            ]
+            snapshot = _snapshot(store, cache, tenant, user_id)
+            hits = _keyword(store, tenant, user_id, query, text, k, threshold, scope, snapshot)
+            return _memories(
+                store,
+                hits,
+                matched_by=lambda _: ("keyword",),
+                keyword=lambda hit: hit.strength,
+                score=lambda hit: hit.bm25,
+            )
         depth = min(100, max(2 * k, 30))
-        semantic = nearest(store, cache, tenant, user_id, query, depth, threshold, scope)
-        keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope)
-    found: dict[str, ScoredMemory] = {r.memory.id: r for r in semantic}
-    strength: dict[str, float] = {}
-    for r, _, matched in keyword:
-        found.setdefault(r.memory.id, r)
-        strength[r.memory.id] = matched
-    semantic_ids = {r.memory.id for r in semantic}
-    ranked = sorted(
-        found.values(),
-        key=lambda r: (
-            -hybrid_score(r.similarity, strength.get(r.memory.id)),
-            -r.memory.created_at,
-        ),
-    )
-    return [
-        dataclasses.replace(
-            r,
-            matched_by=tuple(
-                name
-                for name, hit in (
-                    ("keyword", r.memory.id in strength),
-                    ("semantic", r.memory.id in semantic_ids),
-                )
-                if hit
-            ),
-            keyword=strength.get(r.memory.id),
-            score=hybrid_score(r.similarity, strength.get(r.memory.id)),
+        semantic, snap = _semantic(store, cache, tenant, user_id, query, depth, threshold, scope)
+        keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope, snap)
+        by_seq = {hit.seq: hit for hit in semantic}
+        by_seq.update({hit.seq: hit for hit in keyword})  # the same cosine, and its strength
+        semantic_seqs = {hit.seq for hit in semantic}
+        ranked = sorted(
+            by_seq.values(),
+            key=lambda hit: (-hybrid_score(hit.cosine, hit.strength), -hit.created, -hit.seq),
         )
-        for r in ranked[:k]
-    ]
+        return _memories(
+            store,
+            ranked[:k],
+            matched_by=lambda hit: tuple(
+                name
+                for name, found in (
+                    ("keyword", hit.strength is not None),
+                    ("semantic", hit.seq in semantic_seqs),
+                )
+                if found
+            ),
+            keyword=lambda hit: hit.strength,
+            score=lambda hit: hybrid_score(hit.cosine, hit.strength),
+        )
 
 
 def _keyword(
@@ -263,10 +305,13 @@ def _keyword(
     k: int,
     threshold: float,
     scope: Scope,
-) -> list[tuple[ScoredMemory, float, float]]:
+    snapshot: Snapshot | None = None,
+) -> list[_Hit]:
     """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
-    With their BM25 score and strength, best first. Call inside a read transaction.
+    Best first (BM25). Cosines come from the user's cached ``snapshot`` when
+    there is one (current in this transaction), else from the store. Call
+    inside a read transaction.
     """
     wanted = terms.codes(text)
     state = store.user_state(tenant, user_id) if wanted else None
@@ -276,35 +321,57 @@ def _keyword(
         store.postings(state.user_key, list(wanted)), wanted, state.count, state.terms
     )
     seqs = matches.seqs.tolist()
-    found: dict[int, tuple[float, float]] = {
-        seq: (bm25, strength)
-        for seq, bm25, strength in zip(
-            seqs, matches.bm25.tolist(), matches.strength.tolist(), strict=True
-        )
-    }
-    best: list[int] = []
-    cosine: dict[int, float] = {}
+    scores = zip(matches.bm25.tolist(), matches.strength.tolist(), strict=True)
+    found = dict(zip(seqs, scores, strict=True))
+    best: list[_Hit] = []
     start, chunk = 0, max(4 * k, 40)
     # Best first, a growing chunk at a time, until k qualify.
     while start < len(seqs) and len(best) < k:
         part = seqs[start : start + chunk]
         entries = store.entries_by_seq(tenant, user_id, part)
         admitted = [entries[seq] for seq in part if seq in entries and scope.admits(entries[seq])]
-        cosine.update(_cosines(store, tenant, user_id, admitted, query))
-        best += [e.seq for e in admitted if cosine[e.seq] >= threshold]
+        cosine = _cosines(store, tenant, user_id, admitted, query, snapshot)
+        best += [
+            _Hit(e.seq, cosine[e.seq], e.created_at, *found[e.seq])
+            for e in admitted
+            if cosine[e.seq] >= threshold
+        ]
         start += chunk
         chunk *= 4
-    best = best[:k]
-    rows = store.memories_by_seq(best)
-    return [(ScoredMemory(rows[seq], cosine[seq]), *found[seq]) for seq in best if seq in rows]
+    return best[:k]
+
+
+def _snapshot(
+    store: Store, cache: SearchCache | None, tenant: str, user_id: str
+) -> Snapshot | None:
+    """The user's cached snapshot, current in this read transaction; None without one."""
+    if cache is None:
+        return None
+    state = store.user_state(tenant, user_id)
+    return cache.current(store, tenant, user_id, state) if state is not None else None
 
 
 def _cosines(
-    store: Store, tenant: str, user_id: str, entries: list[Entry], query: np.ndarray
+    store: Store,
+    tenant: str,
+    user_id: str,
+    entries: list[Entry],
+    query: np.ndarray,
+    snapshot: Snapshot | None = None,
 ) -> dict[int, float]:
-    """Each memory's exact similarity to ``query`` (its best window's), by seq."""
+    """Each memory's exact similarity to ``query`` (its best window's), by seq.
+
+    From the ``snapshot``'s matrix when it holds them all (the same stored
+    vectors, so the same numbers), else read from the store.
+    """
     if not entries:
         return {}
+    seqs = np.array([e.seq for e in entries], dtype=np.int64)
+    at = snapshot.positions(seqs) if snapshot is not None else None
+    if snapshot is not None and at is not None:
+        rows, owner = snapshot.rows_of(at)
+        sims = similarities(snapshot.matrix[rows], owner, len(entries), query)
+        return dict(zip(seqs.tolist(), sims.tolist(), strict=True))
     vids = np.concatenate([np.arange(e.first_vid, e.first_vid + e.windows) for e in entries])
     owner = np.repeat(np.arange(len(entries)), [e.windows for e in entries])
     sims = similarities(store.vectors(tenant, user_id, vids), owner, len(entries), query)

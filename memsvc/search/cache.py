@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import threading
 import typing as t
@@ -100,6 +101,21 @@ class Snapshot:
         if self.single:
             return row_scores.copy()
         return np.maximum.reduceat(row_scores, self.row_start[: self.m])
+
+    @functools.cached_property
+    def _by_seq(self) -> tuple[np.ndarray, np.ndarray]:
+        """The live entries' seqs, sorted, and their positions (built once, on demand)."""
+        live = np.flatnonzero(self.alive[: self.m])
+        order = np.argsort(self.seqs[live], kind="stable")
+        return self.seqs[live][order], live[order]
+
+    def positions(self, seqs: np.ndarray) -> np.ndarray | None:
+        """The entry positions of these memories; None if any is not a live entry here."""
+        sorted_seqs, where = self._by_seq
+        at = np.searchsorted(sorted_seqs, seqs)
+        if len(seqs) and (at.max() >= len(sorted_seqs) or (sorted_seqs[at] != seqs).any()):
+            return None
+        return where[at]
 
     def rows_of(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The matrix rows of these entries, and for each row its position in ``entries``."""

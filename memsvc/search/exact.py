@@ -76,15 +76,15 @@ def rank(
     query: np.ndarray,
     k: int,
     threshold: float,
-) -> list[tuple[int, float]]:
+) -> list[tuple[int, float, int]]:
     """The ``k`` best of these candidate memories by exact similarity >= ``threshold``.
 
     ``vectors`` are the candidates' rows, ``owner[i]`` the position of row
     ``i``'s memory in ``seqs`` and ``created``; a memory's similarity is its
     best row's. A memory with an all-zero row is left out: the search cache
     zeroes the rows of a memory deleted while this search was under way.
-    Returns ``(seq, similarity)``, most similar first, ties to the newest
-    (``created`` descending, then ``seq`` descending).
+    Returns ``(seq, similarity, created)``, most similar first, ties to the
+    newest (``created`` descending, then ``seq`` descending).
     """
     if len(seqs) == 0:
         return []
@@ -94,7 +94,7 @@ def rank(
         return []
     order = np.lexsort((-seqs[keep], -created[keep], -sims[keep]))[:k]
     chosen = keep[order]
-    return [(int(seqs[i]), float(sims[i])) for i in chosen]
+    return [(int(seqs[i]), float(sims[i]), int(created[i])) for i in chosen]
 
 
 def candidates(scores: np.ndarray, k: int, threshold: float) -> np.ndarray:

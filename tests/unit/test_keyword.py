@@ -117,3 +117,19 @@ def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_space
     # Common words are no terms: they match nearly everything.
     assert terms.query_terms("what is the order") == terms.query_terms("order")
     assert terms.query_terms("what is it") == []
+
+
+def test_the_cached_and_the_store_path_answer_alike(store):
+    """Keyword cosines come from the cached snapshot when the user is cached: the same
+    stored vectors, so the same numbers as read from the store."""
+    for i, content in enumerate(MINE * 3):
+        add(store, "tenant-A", "u", f"{content} {i}")
+    memories.delete(store, "tenant-A", add(store, "tenant-A", "u", "W ctlq1 gone").id)
+    cache = SearchCache(64 * 2**20, EMBEDDER.dimensions)
+    for mode in ("keyword", "hybrid"):
+        args = (store, EMBEDDER, "tenant-A", "u", "W ctlq1", 10, 0.0)
+        cached = memories.search(*args, cache, mode=mode)
+        plain = memories.search(*args, None, mode=mode)
+        assert cached == plain
+        assert len(cached) == (9 if mode == "keyword" else 10)
+    assert cache.users() == 1
