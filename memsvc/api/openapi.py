@@ -24,6 +24,7 @@ from marshmallow import missing
 from marshmallow import validate
 
 from .. import __version__
+from .. import wire
 from ..errors import HTTP_STATUS
 from ..search.filters import OPERATORS
 from . import middleware
@@ -47,44 +48,8 @@ def _array(items: Json) -> Json:
     return {"type": "array", "items": items}
 
 
-def _object(properties: Json, required: t.Sequence[str] = (), **extra: t.Any) -> Json:
-    # Answers carry exactly these fields: a new one must be described here
-    # (the conformance tests fail until it is).
-    out: Json = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = list(required)
-    out["additionalProperties"] = False
-    out.update(extra)
-    return out
-
-
-_TIMESTAMP_OUT = {
-    "type": "string",
-    "format": "date-time",
-    "description": "UTC with milliseconds, as JavaScript's toISOString writes it.",
-    "examples": ["2026-11-23T04:08:00.123Z"],
-}
-_UUID_OUT = {"type": "string", "format": "uuid"}
-_METADATA_OUT = {"type": "object", "additionalProperties": True}
-
-
-def _memory_properties() -> Json:
-    return {
-        "id": _UUID_OUT,
-        "content": {"type": "string"},
-        "userId": {"type": "string", "description": "The end user, as given."},
-        "idpUserId": {"type": "string", "description": "The tenant that owns it."},
-        "metadata": _METADATA_OUT,
-        "createdAt": _TIMESTAMP_OUT,
-        "updatedAt": _TIMESTAMP_OUT,
-        "expiresAt": {**_TIMESTAMP_OUT, "description": "When it vanishes; absent when never."},
-    }
-
-
-_MEMORY_REQUIRED = ("id", "content", "userId", "idpUserId", "metadata", "createdAt", "updatedAt")
-
 _KEY_BASE = {
-    "id": {**_UUID_OUT, "description": "The key record's id, which keys.revoke takes."},
+    "id": {**wire.UUID, "description": "The key record's id, which keys.revoke takes."},
     "idpUserId": {"type": "string", "description": "The tenant."},
     "idpKeyId": {"type": "string", "pattern": "^key_[0-9a-f]{16}$"},
     "name": {"type": "string"},
@@ -96,13 +61,13 @@ def output_components() -> dict[str, Json]:
     error_code = {"type": "string", "enum": list(HTTP_STATUS)}
     return {
         "ErrorCode": error_code,
-        "ErrorEnvelope": _object(
+        "ErrorEnvelope": wire.object_schema(
             {
-                "error": _object(
+                "error": wire.object_schema(
                     {
                         "message": {"type": "string", "description": "For people."},
                         "code": ref("ErrorCode"),
-                        "data": _object(
+                        "data": wire.object_schema(
                             {
                                 "code": ref("ErrorCode"),
                                 "httpStatus": {
@@ -125,10 +90,10 @@ def output_components() -> dict[str, Json]:
             description="Every error, whatever its cause. The code is a string (tRPC puts "
             "numbers there); the HTTP status equals data.httpStatus.",
         ),
-        "Memory": _object(_memory_properties(), _MEMORY_REQUIRED),
-        "SearchResult": _object(
+        "Memory": wire.MEMORY.schema(),
+        "SearchResult": wire.object_schema(
             {
-                **_memory_properties(),
+                **wire.MEMORY.properties(),
                 "similarity": {
                     "type": "number",
                     "minimum": 0,
@@ -141,7 +106,7 @@ def output_components() -> dict[str, Json]:
                     "items": {"type": "string", "enum": ["keyword", "semantic"]},
                     "description": "Which searches found it (keyword and hybrid modes).",
                 },
-                "explain": _object(
+                "explain": wire.object_schema(
                     {
                         "cosine": {
                             "type": "number",
@@ -169,28 +134,19 @@ def output_components() -> dict[str, Json]:
                     description="Why it ranked where it did; only with explain: true.",
                 ),
             },
-            (*_MEMORY_REQUIRED, "similarity"),
+            (*wire.MEMORY.required(), "similarity"),
         ),
-        "MemoryVersion": _object(
-            {
-                "version": {"type": "integer", "minimum": 1},
-                "content": {"type": "string"},
-                "metadata": _METADATA_OUT,
-                "event": {"type": "string", "enum": ["add", "update"]},
-                "at": _TIMESTAMP_OUT,
-            },
-            ["version", "content", "metadata", "event", "at"],
-        ),
-        "ApiKey": _object(
+        "MemoryVersion": wire.VERSION.schema(),
+        "ApiKey": wire.object_schema(
             {
                 **_KEY_BASE,
-                "lastUsedAt": {**_TIMESTAMP_OUT, "type": ["string", "null"]},
-                "createdAt": _TIMESTAMP_OUT,
-                "revokedAt": {**_TIMESTAMP_OUT, "type": ["string", "null"]},
+                "lastUsedAt": {**wire.TIMESTAMP, "type": ["string", "null"]},
+                "createdAt": wire.TIMESTAMP,
+                "revokedAt": {**wire.TIMESTAMP, "type": ["string", "null"]},
             },
             ["id", "idpUserId", "idpKeyId", "name", "lastUsedAt", "createdAt", "revokedAt"],
         ),
-        "CreatedKey": _object(
+        "CreatedKey": wire.object_schema(
             {
                 **_KEY_BASE,
                 "secret": {
@@ -198,22 +154,22 @@ def output_components() -> dict[str, Json]:
                     "pattern": "^sk_[a-z0-9]+_[0-9a-f]{64}$",
                     "description": "Shown in this answer only, never again.",
                 },
-                "createdAt": _TIMESTAMP_OUT,
+                "createdAt": wire.TIMESTAMP,
             },
             ["id", "idpUserId", "idpKeyId", "name", "secret", "createdAt"],
         ),
-        "Success": _object({"success": {"type": "boolean", "const": True}}, ["success"]),
-        "DeleteAllResult": _object(
+        "Success": wire.object_schema({"success": {"type": "boolean", "const": True}}, ["success"]),
+        "DeleteAllResult": wire.object_schema(
             {
                 "success": {"type": "boolean", "const": True},
                 "deleted": {"type": "integer", "minimum": 0},
             },
             ["success", "deleted"],
         ),
-        "ServiceInfo": _object(
+        "ServiceInfo": wire.object_schema(
             {
                 "version": {"type": "string"},
-                "embedder": _object(
+                "embedder": wire.object_schema(
                     {
                         "model": {"type": "string"},
                         "dimensions": {"type": "integer", "minimum": 1},
@@ -226,14 +182,14 @@ def output_components() -> dict[str, Json]:
                     },
                     ["model", "dimensions", "maxTokens", "recommendedThreshold"],
                 ),
-                "defaults": _object(
+                "defaults": wire.object_schema(
                     {
                         "threshold": {"type": "number", "minimum": 0, "maximum": 1},
                         "limit": {"type": "integer", "minimum": 1},
                     },
                     ["threshold", "limit"],
                 ),
-                "limits": _object(
+                "limits": wire.object_schema(
                     {
                         "perMinute": {"type": "integer", "minimum": 0, "description": "0: none."},
                         "concurrent": {"type": "integer", "minimum": 0, "description": "0: none."},
@@ -244,7 +200,7 @@ def output_components() -> dict[str, Json]:
             },
             ["version", "embedder", "defaults", "limits"],
         ),
-        "Health": _object(
+        "Health": wire.object_schema(
             {
                 "status": {"type": "string", "enum": ["ok", "error"]},
                 "db": {"type": "string", "enum": ["connected", "disconnected"]},

@@ -22,6 +22,7 @@ from marshmallow import validates_schema
 
 from .. import clock
 from .. import rules
+from .. import wire
 from ..models import ApiKey
 from ..models import CreatedKey
 from ..models import Memory
@@ -254,19 +255,7 @@ class CreateKeyInput(Input):
 
 
 def memory_out(m: Memory) -> dict[str, t.Any]:
-    created = clock.iso(m.created_at)
-    out = {
-        "id": m.id,
-        "content": m.content,
-        "userId": m.user_id,
-        "idpUserId": m.tenant,
-        "metadata": m.metadata,
-        "createdAt": created,
-        "updatedAt": created if m.updated_at == m.created_at else clock.iso(m.updated_at),
-    }
-    if m.expires_at is not None:
-        out["expiresAt"] = clock.iso(m.expires_at)
-    return out
+    return wire.MEMORY.json(m)
 
 
 def memories_out(memories: t.Iterable[Memory]) -> list[dict[str, t.Any]]:
@@ -304,16 +293,7 @@ def search_results_out(answer: SearchAnswer) -> list[dict[str, t.Any]]:
 
 
 def versions_out(versions: t.Iterable[Version]) -> list[dict[str, t.Any]]:
-    return [
-        {
-            "version": v.version,
-            "content": v.content,
-            "metadata": v.metadata,
-            "event": v.event,
-            "at": clock.iso(v.at),
-        }
-        for v in versions
-    ]
+    return [wire.VERSION.json(v) for v in versions]
 
 
 def _iso_or_none(ms: int | None) -> str | None:

@@ -46,6 +46,7 @@ import numpy as np
 from .. import clock
 from .. import rules
 from .. import tokens
+from .. import wire
 from ..embeddings import Embedder
 from ..embeddings.windows import document_vectors
 from ..models import ApiKey
@@ -162,29 +163,27 @@ def _key_line(key: ApiKey, secret_hash: bytes) -> str:
     return json.dumps({"apiKey": record}, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
+#: An export line's memory fields, in the file's order, by their names there:
+#: the API's Memory (:data:`memsvc.wire.MEMORY`) with its tenant called
+#: ``tenant``, and ``"expiresAt": null`` for a memory that never expires.
+MEMORY_FIELDS = {
+    "id": "id",
+    "tenant": "idpUserId",
+    "userId": "userId",
+    "content": "content",
+    "metadata": "metadata",
+    "createdAt": "createdAt",
+    "updatedAt": "updatedAt",
+    "expiresAt": "expiresAt",
+}
+
+
 def _record_line(memory: Memory, versions: list[Version], vectors: np.ndarray) -> str:
-    record = {
-        "id": memory.id,
-        "tenant": memory.tenant,
-        "userId": memory.user_id,
-        "content": memory.content,
-        "metadata": memory.metadata,
-        "createdAt": clock.iso(memory.created_at),
-        "updatedAt": clock.iso(memory.updated_at),
-        "expiresAt": _iso(memory.expires_at),
-        "version": memory.version,
-        "history": [
-            {
-                "version": v.version,
-                "content": v.content,
-                "metadata": v.metadata,
-                "event": v.event,
-                "at": clock.iso(v.at),
-            }
-            for v in versions
-        ],
-        "vectors": [_vector_text(v) for v in vectors],
-    }
+    values = wire.MEMORY.values(memory)
+    record = {name: values[field] for name, field in MEMORY_FIELDS.items()}
+    record["version"] = memory.version
+    record["history"] = [wire.VERSION.json(v) for v in versions]
+    record["vectors"] = [_vector_text(v) for v in vectors]
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 

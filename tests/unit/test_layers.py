@@ -29,6 +29,7 @@ FORBIDDEN = {
     "memsvc/limits.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/tokens.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/rules.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
+    "memsvc/wire.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
 }
 
 

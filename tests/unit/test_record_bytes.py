@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 
+from memsvc import wire
 from memsvc.api import schemas
 from memsvc.models import ApiKey
 from memsvc.models import Memory
@@ -88,6 +89,12 @@ def test_an_export_line_holds_a_memory_in_this_order_with_a_missing_expiry_as_nu
         '"metadata":{"k":null},"event":"update","at":"2026-11-22T11:25:03.116Z"}],'
         '"vectors":["AAAAAAAAgD8AAABA","AABAQAAAgEAAAKBA"]}\n'
     )
+
+
+def test_an_export_line_holds_every_field_of_the_memory_the_api_answers():
+    # A field added to the Memory goes into export files too (in a new
+    # format version), or is left out of them here on purpose.
+    assert sorted(transfer.MEMORY_FIELDS.values()) == sorted(f.name for f in wire.MEMORY.fields)
 
 
 def test_an_export_line_holds_an_api_key_in_this_order():

@@ -1,0 +1,138 @@
+"""The JSON shapes of memsvc's records, each declared once: fields, JSON Schema, conversion.
+
+A :class:`Shape` lists a record's fields in the order they are written. Each
+field has its name on the wire, the JSON Schema of its value and how a
+record's value becomes that JSON. The API's answers (:mod:`memsvc.api.outputs`),
+the OpenAPI document's components and the lines of ``memsvc export``
+(:mod:`memsvc.services.transfer`) all come from these declarations, so a
+field added here appears in each of them, or a test says where it is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import typing as t
+
+from . import clock
+from .models import Memory
+from .models import Version
+
+Json = dict[str, t.Any]
+R = t.TypeVar("R")
+
+TIMESTAMP: Json = {
+    "type": "string",
+    "format": "date-time",
+    "description": "UTC with milliseconds, as JavaScript's toISOString writes it.",
+    "examples": ["2026-11-23T04:08:00.123Z"],
+}
+UUID: Json = {"type": "string", "format": "uuid"}
+METADATA: Json = {"type": "object", "additionalProperties": True}
+
+
+def object_schema(properties: Json, required: t.Sequence[str] = (), **extra: t.Any) -> Json:
+    """The JSON Schema of an object with exactly these properties."""
+    # Answers carry exactly their declared fields: one the server added
+    # undeclared fails the conformance tests.
+    out: Json = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    out["additionalProperties"] = False
+    out.update(extra)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Field(t.Generic[R]):
+    """One field of a shape."""
+
+    #: Its name in the JSON object.
+    name: str
+    #: The JSON Schema of its value.
+    schema: Json
+    #: Its JSON value for a record.
+    value: t.Callable[[R], t.Any]
+    #: Left out of the object when its value is None; otherwise always there.
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape(t.Generic[R]):
+    """A record as a JSON object: its name (the OpenAPI component's) and its fields, in order."""
+
+    name: str
+    fields: tuple[Field[R], ...]
+
+    def json(self, record: R) -> dict[str, t.Any]:
+        """The record as sent: every field in order, an optional one only when it has a value."""
+        out = {}
+        for field in self.fields:
+            value = field.value(record)
+            if value is not None or not field.optional:
+                out[field.name] = value
+        return out
+
+    def values(self, record: R) -> dict[str, t.Any]:
+        """Every field's JSON value by name, None for an optional one without a value."""
+        return {field.name: field.value(record) for field in self.fields}
+
+    def properties(self) -> Json:
+        return {field.name: field.schema for field in self.fields}
+
+    def required(self) -> list[str]:
+        return [field.name for field in self.fields if not field.optional]
+
+    def schema(self) -> Json:
+        """The JSON Schema of :meth:`json`'s objects."""
+        return object_schema(self.properties(), self.required())
+
+
+# A memory's updatedAt is its createdAt until it is updated, and a page of
+# memories often shares timestamps: each is formatted once.
+_iso = functools.lru_cache(maxsize=1024)(clock.iso)
+
+
+def _timestamp(ms: int | None) -> str | None:
+    return None if ms is None else _iso(ms)
+
+
+MEMORY: Shape[Memory] = Shape(
+    "Memory",
+    (
+        Field("id", UUID, operator.attrgetter("id")),
+        Field("content", {"type": "string"}, operator.attrgetter("content")),
+        Field(
+            "userId",
+            {"type": "string", "description": "The end user, as given."},
+            operator.attrgetter("user_id"),
+        ),
+        Field(
+            "idpUserId",
+            {"type": "string", "description": "The tenant that owns it."},
+            operator.attrgetter("tenant"),
+        ),
+        Field("metadata", METADATA, operator.attrgetter("metadata")),
+        Field("createdAt", TIMESTAMP, lambda m: _iso(m.created_at)),
+        Field("updatedAt", TIMESTAMP, lambda m: _iso(m.updated_at)),
+        Field(
+            "expiresAt",
+            {**TIMESTAMP, "description": "When it vanishes; absent when never."},
+            lambda m: _timestamp(m.expires_at),
+            optional=True,
+        ),
+    ),
+)
+
+#: One version of a memory, as ``memory.history`` lists them and export files hold them.
+VERSION: Shape[Version] = Shape(
+    "MemoryVersion",
+    (
+        Field("version", {"type": "integer", "minimum": 1}, operator.attrgetter("version")),
+        Field("content", {"type": "string"}, operator.attrgetter("content")),
+        Field("metadata", METADATA, operator.attrgetter("metadata")),
+        Field("event", {"type": "string", "enum": ["add", "update"]}, operator.attrgetter("event")),
+        Field("at", TIMESTAMP, lambda v: _iso(v.at)),
+    ),
+)
