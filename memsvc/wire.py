@@ -94,7 +94,8 @@ class Shape(t.Generic[R]):
 _iso = functools.lru_cache(maxsize=1024)(clock.iso)
 
 
-def _timestamp(ms: int | None) -> str | None:
+def timestamp(ms: int | None) -> str | None:
+    """Epoch milliseconds as the wire shows them (:data:`TIMESTAMP`); None stays None."""
     return None if ms is None else _iso(ms)
 
 
@@ -119,7 +120,7 @@ MEMORY: Shape[Memory] = Shape(
         Field(
             "expiresAt",
             {**TIMESTAMP, "description": "When it vanishes; absent when never."},
-            lambda m: _timestamp(m.expires_at),
+            lambda m: timestamp(m.expires_at),
             optional=True,
         ),
     ),

@@ -24,17 +24,20 @@ from .context import release_store
 
 _CODE_FOR_STATUS = {status: code for code, status in HTTP_STATUS.items()}
 
+#: Every router, in the order the OpenAPI document and the docs list them.
+ROUTERS = (memory.router, keys.router, service.router)
+
 
 def init_app(app: Flask) -> None:
     """Mount the API on ``app``: /trpc and its routers, /health, /openapi.json, JSON errors."""
     app.teardown_appcontext(release_store)
     app.extensions["trpc"] = {}
+    app.extensions["trpc_routers"] = []
     app.register_blueprint(trpc.bp)
     app.register_blueprint(health.bp)
     app.register_blueprint(openapi.bp)
-    app.register_blueprint(memory.router)
-    app.register_blueprint(keys.router)
-    app.register_blueprint(service.router)
+    for router in ROUTERS:
+        app.register_blueprint(router)
     app.register_error_handler(HTTPException, _http_error)
 
 

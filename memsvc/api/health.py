@@ -9,11 +9,26 @@ from flask import Response
 
 from .. import clock
 from ..store import storage_problem
+from ..wire import object_schema
 from .context import runtime
 from .context import store
+from .procedures import Component
 from .trpc import json_response
 
 log = logging.getLogger(__name__)
+
+#: What ``/health`` answers, as the OpenAPI document describes it.
+HEALTH = Component(
+    "Health",
+    object_schema(
+        {
+            "status": {"type": "string", "enum": ["ok", "error"]},
+            "db": {"type": "string", "enum": ["connected", "disconnected"]},
+            "timestamp": {"type": "integer", "description": "Epoch milliseconds."},
+        },
+        ["status", "db", "timestamp"],
+    ),
+)
 
 bp = Blueprint("health", __name__)
 

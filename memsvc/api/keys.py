@@ -6,22 +6,32 @@ import typing as t
 
 from flask import current_app
 
+from ..errors import Forbidden
+from ..errors import NotFound
 from ..services import keys
 from . import middleware
+from . import outputs
 from . import schemas
 from .context import store
+from .procedures import Router
 from .trpc import Call
-from .trpc import Router
 
-router = Router("keys", __name__, middleware=[middleware.bearer_token, middleware.tenant_limited])
+router = Router(
+    "keys",
+    __name__,
+    description="A tenant's API keys (identity-provider JWT).",
+    middleware=[middleware.bearer_token, middleware.tenant_limited],
+)
 
 
-@router.query("list", output=schemas.keys_out)
+@router.query("list", output=outputs.KEYS)
 def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
     return keys.list_for(store(), call.caller.tenant)
 
 
-@router.mutation("create", input=schemas.CreateKeyInput(), output=schemas.created_key_out)
+@router.mutation(
+    "create", input=schemas.CreateKeyInput(), output=outputs.CREATED_KEY, errors=[Forbidden]
+)
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     config = current_app.config
     return keys.create(
@@ -33,7 +43,7 @@ def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.mutation("revoke", input=schemas.IdInput())
+@router.mutation("revoke", input=schemas.IdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
     keys.revoke(store(), call.caller.tenant, params["id"])
     return {"success": True}

@@ -6,23 +6,26 @@ import typing as t
 
 from flask import current_app
 
+from ..errors import NotFound
 from ..services import memories
 from . import middleware
+from . import outputs
 from . import schemas
 from .context import embedder
 from .context import runtime
 from .context import store
+from .procedures import Router
 from .trpc import Call
-from .trpc import Router
 
 router = Router(
     "memory",
     __name__,
+    description="A tenant's memories, per end user (API key).",
     middleware=[middleware.api_key, middleware.limited, middleware.record_use],
 )
 
 
-@router.mutation("add", input=schemas.AddMemoryInput(), output=schemas.memory_out)
+@router.mutation("add", input=schemas.AddMemoryInput(), output=outputs.MEMORY)
 def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     middleware.pay_for_embedding(call, "content", params["content"], embedder())
     return memories.add(
@@ -37,7 +40,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("search", input=schemas.SearchInput(), output=schemas.search_results_out)
+@router.query("search", input=schemas.SearchInput(), output=outputs.SEARCH_RESULTS)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     query_embedder = runtime().query_embedder(call.caller.tenant)
     middleware.pay_for_embedding(call, "query", params["query"], query_embedder, query=True)
@@ -57,10 +60,10 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         created_before=params["createdBefore"],
         mode=params["mode"],
     )
-    return schemas.SearchAnswer(found, explain=params["explain"])
+    return outputs.SearchAnswer(found, explain=params["explain"])
 
 
-@router.query("getAll", input=schemas.GetAllInput(), output=schemas.memories_out)
+@router.query("getAll", input=schemas.GetAllInput(), output=outputs.MEMORIES)
 def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get_all(
         store(),
@@ -75,12 +78,12 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("getById", input=schemas.MemoryIdInput(), output=schemas.memory_out)
+@router.query("getById", input=schemas.MemoryIdInput(), output=outputs.MEMORY, errors=[NotFound])
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get(store(), call.caller.tenant, params["id"], user_id=params["userId"])
 
 
-@router.mutation("update", input=schemas.UpdateInput(), output=schemas.memory_out)
+@router.mutation("update", input=schemas.UpdateInput(), output=outputs.MEMORY, errors=[NotFound])
 def update(call: Call, params: dict[str, t.Any]) -> t.Any:
     if "content" in params:
         middleware.pay_for_embedding(call, "content", params["content"], embedder())
@@ -96,20 +99,20 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("history", input=schemas.MemoryIdInput(), output=schemas.versions_out)
+@router.query("history", input=schemas.MemoryIdInput(), output=outputs.VERSIONS, errors=[NotFound])
 def history(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.history(
         store(), call.caller.tenant, params["id"], user_id=params["userId"], max_bytes=call.budget
     )
 
 
-@router.mutation("delete", input=schemas.MemoryIdInput())
+@router.mutation("delete", input=schemas.MemoryIdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
     memories.delete(store(), call.caller.tenant, params["id"], user_id=params["userId"])
     return {"success": True}
 
 
-@router.mutation("deleteAll", input=schemas.UserInput())
+@router.mutation("deleteAll", input=schemas.UserInput(), output=outputs.DELETED)
 def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     deleted = memories.delete_all(
         store(), call.caller.tenant, params["userId"], runtime().search_cache

@@ -1,9 +1,11 @@
 """Who is calling, and may they: API keys and limits for the memory router,
 bearer JWTs for the keys router.
 
-Each function here is tRPC middleware (see :mod:`memsvc.trpc`): it sets
-``call.caller`` or refuses the call with ``401 UNAUTHORIZED``. A batch
-carries one set of headers, so a credential is verified once per request.
+Each middleware here is declared (:func:`.procedures.middleware`) with the
+errors it refuses calls with and the credential it checks: an
+authenticating one sets ``call.caller`` or refuses the call with ``401
+UNAUTHORIZED``. A batch carries one set of headers, so a credential is
+verified once per request.
 """
 
 from __future__ import annotations
@@ -33,9 +35,20 @@ from ..store import storage_problem
 from .context import record_storage_problem
 from .context import runtime
 from .context import store
+from .procedures import Credential
+from .procedures import middleware
 from .trpc import Call
 
 log = logging.getLogger(__name__)
+
+#: An API key in the ``x-api-key`` header: memory and service calls.
+API_KEY = Credential(
+    "apiKey", {"type": "apiKey", "in": "header", "name": "x-api-key"}, "`x-api-key`"
+)
+#: An identity provider's JWT naming the tenant: key management.
+BEARER = Credential(
+    "bearer", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}, "bearer JWT"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +82,7 @@ def _verify_api_key() -> Caller:
     return Caller(tenant=key.tenant, key=key)
 
 
+@middleware(errors=[Unauthorized], credential=API_KEY)
 @contextlib.contextmanager
 def api_key(call: Call) -> t.Iterator[None]:
     """Middleware: the call must carry a valid, unrevoked ``x-api-key``.
@@ -88,6 +102,7 @@ def limits_of(key: ApiKey, defaults: Limits) -> Limits:
     )
 
 
+@middleware(errors=[TooManyRequests])
 @contextlib.contextmanager
 def limited(call: Call) -> t.Iterator[None]:
     """Middleware, after the API key: the key's rate and concurrency limits.
@@ -173,6 +188,7 @@ def pay_for_embedding(
         record_storage_problem(problem)
 
 
+@middleware()
 @contextlib.contextmanager
 def record_use(call: Call) -> t.Iterator[None]:
     """Middleware, after authentication and limits: keep the key's lastUsedAt current.
@@ -208,6 +224,7 @@ def _verify_bearer() -> Caller:
     return Caller(tenant=verifier.tenant(token))
 
 
+@middleware(errors=[Unauthorized], credential=BEARER)
 @contextlib.contextmanager
 def bearer_token(call: Call) -> t.Iterator[None]:
     """Middleware: the call must carry an identity-provider JWT naming the tenant."""
@@ -215,6 +232,7 @@ def bearer_token(call: Call) -> t.Iterator[None]:
     yield
 
 
+@middleware(errors=[TooManyRequests])
 @contextlib.contextmanager
 def tenant_limited(call: Call) -> t.Iterator[None]:
     """Middleware, after the token: the keys router's own rate limit, per tenant.

@@ -1,13 +1,15 @@
 """``GET /openapi.json``: an OpenAPI 3.1 document of every procedure, as the HTTP call it is.
 
-The document is built from the procedure registry (``app.extensions["trpc"]``)
-and the very marshmallow schemas that validate requests, with the size
-limits of this server's settings, so it cannot drift from what the server
-accepts: a new procedure or input field appears in it by itself. A query is
-``GET /trpc/<procedure>`` with its input as URL-encoded JSON in the ``input``
-parameter; a mutation is ``POST /trpc/<procedure>`` with a JSON body. What
-each procedure answers is described here by hand, once per output shape
-(:data:`OUTPUT_SCHEMAS`), and checked against live answers by the tests.
+The document is built from the procedures' declarations (:mod:`.procedures`,
+registered in ``app.extensions["trpc"]``) and nothing else, so it cannot
+drift from what the server does: each procedure's input from the very
+marshmallow schema that validates it, with the size limits of this
+server's settings; its answer from its output's JSON Schema and
+components; its error statuses from its type, its middleware and its own
+declared errors; its credential from its middleware. A query is
+``GET /trpc/<procedure>`` with its input as URL-encoded JSON in the
+``input`` parameter; a mutation is ``POST /trpc/<procedure>`` with a JSON
+body. The tests check live answers against the document.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from .. import __version__
 from .. import wire
 from ..errors import HTTP_STATUS
 from ..search.filters import OPERATORS
-from . import middleware
+from . import health
 from . import schemas
-from .trpc import MUTATION
-from .trpc import Procedure
+from .procedures import MUTATION
+from .procedures import Procedure
+from .procedures import Router
 from .trpc import json_response
 
 bp = Blueprint("openapi", __name__)
@@ -48,16 +51,8 @@ def _array(items: Json) -> Json:
     return {"type": "array", "items": items}
 
 
-_KEY_BASE = {
-    "id": {**wire.UUID, "description": "The key record's id, which keys.revoke takes."},
-    "idpUserId": {"type": "string", "description": "The tenant."},
-    "idpKeyId": {"type": "string", "pattern": "^key_[0-9a-f]{16}$"},
-    "name": {"type": "string"},
-}
-
-
-def output_components() -> dict[str, Json]:
-    """JSON Schemas of what procedures answer, by component name."""
+def _error_components() -> dict[str, Json]:
+    """The envelope every error is answered in (:func:`.trpc.error_body`)."""
     error_code = {"type": "string", "enum": list(HTTP_STATUS)}
     return {
         "ErrorCode": error_code,
@@ -90,151 +85,12 @@ def output_components() -> dict[str, Json]:
             description="Every error, whatever its cause. The code is a string (tRPC puts "
             "numbers there); the HTTP status equals data.httpStatus.",
         ),
-        "Memory": wire.MEMORY.schema(),
-        "SearchResult": wire.object_schema(
-            {
-                **wire.MEMORY.properties(),
-                "similarity": {
-                    "type": "number",
-                    "minimum": 0,
-                    "maximum": 1,
-                    "description": "Cosine similarity of the query and the memory, clamped "
-                    "into [0, 1].",
-                },
-                "matchedBy": {
-                    "type": "array",
-                    "items": {"type": "string", "enum": ["keyword", "semantic"]},
-                    "description": "Which searches found it (keyword and hybrid modes).",
-                },
-                "explain": wire.object_schema(
-                    {
-                        "cosine": {
-                            "type": "number",
-                            "minimum": 0,
-                            "maximum": 1,
-                            "description": "The cosine similarity (equal to similarity).",
-                        },
-                        "keyword": {
-                            "type": ["number", "null"],
-                            "minimum": 0,
-                            "maximum": 1,
-                            "description": "The keyword match's strength in [0, 1]: the "
-                            "share of the query's words, each weighted by its rarity among "
-                            "the user's own memories, that the memory holds; null when no "
-                            "query word matched (and in semantic mode).",
-                        },
-                        "score": {
-                            "type": "number",
-                            "description": "What the mode ranked by: the cosine (semantic), "
-                            "the BM25 score (keyword), the cosine plus 0.5 x the keyword "
-                            "strength squared (hybrid).",
-                        },
-                    },
-                    ["cosine", "keyword", "score"],
-                    description="Why it ranked where it did; only with explain: true.",
-                ),
-            },
-            (*wire.MEMORY.required(), "similarity"),
-        ),
-        "MemoryVersion": wire.VERSION.schema(),
-        "ApiKey": wire.object_schema(
-            {
-                **_KEY_BASE,
-                "lastUsedAt": {**wire.TIMESTAMP, "type": ["string", "null"]},
-                "createdAt": wire.TIMESTAMP,
-                "revokedAt": {**wire.TIMESTAMP, "type": ["string", "null"]},
-            },
-            ["id", "idpUserId", "idpKeyId", "name", "lastUsedAt", "createdAt", "revokedAt"],
-        ),
-        "CreatedKey": wire.object_schema(
-            {
-                **_KEY_BASE,
-                "secret": {
-                    "type": "string",
-                    "pattern": "^sk_[a-z0-9]+_[0-9a-f]{64}$",
-                    "description": "Shown in this answer only, never again.",
-                },
-                "createdAt": wire.TIMESTAMP,
-            },
-            ["id", "idpUserId", "idpKeyId", "name", "secret", "createdAt"],
-        ),
-        "Success": wire.object_schema({"success": {"type": "boolean", "const": True}}, ["success"]),
-        "DeleteAllResult": wire.object_schema(
-            {
-                "success": {"type": "boolean", "const": True},
-                "deleted": {"type": "integer", "minimum": 0},
-            },
-            ["success", "deleted"],
-        ),
-        "ServiceInfo": wire.object_schema(
-            {
-                "version": {"type": "string"},
-                "embedder": wire.object_schema(
-                    {
-                        "model": {"type": "string"},
-                        "dimensions": {"type": "integer", "minimum": 1},
-                        "maxTokens": {"type": ["integer", "null"]},
-                        "recommendedThreshold": {
-                            "type": ["number", "null"],
-                            "minimum": 0,
-                            "maximum": 1,
-                        },
-                    },
-                    ["model", "dimensions", "maxTokens", "recommendedThreshold"],
-                ),
-                "defaults": wire.object_schema(
-                    {
-                        "threshold": {"type": "number", "minimum": 0, "maximum": 1},
-                        "limit": {"type": "integer", "minimum": 1},
-                    },
-                    ["threshold", "limit"],
-                ),
-                "limits": wire.object_schema(
-                    {
-                        "perMinute": {"type": "integer", "minimum": 0, "description": "0: none."},
-                        "concurrent": {"type": "integer", "minimum": 0, "description": "0: none."},
-                    },
-                    ["perMinute", "concurrent"],
-                    description="The calling key's limits, its own overrides included.",
-                ),
-            },
-            ["version", "embedder", "defaults", "limits"],
-        ),
-        "Health": wire.object_schema(
-            {
-                "status": {"type": "string", "enum": ["ok", "error"]},
-                "db": {"type": "string", "enum": ["connected", "disconnected"]},
-                "timestamp": {"type": "integer", "description": "Epoch milliseconds."},
-            },
-            ["status", "db", "timestamp"],
-        ),
     }
 
 
-#: What each output function of :mod:`.schemas` sends.
-OUTPUT_SCHEMAS: dict[t.Callable[[t.Any], t.Any], Json] = {
-    schemas.memory_out: ref("Memory"),
-    schemas.memories_out: _array(ref("Memory")),
-    schemas.search_results_out: _array(ref("SearchResult")),
-    schemas.versions_out: _array(ref("MemoryVersion")),
-    schemas.keys_out: _array(ref("ApiKey")),
-    schemas.created_key_out: ref("CreatedKey"),
-}
-
-#: What the procedures whose handlers answer plain values send.
-OUTPUT_BY_PATH: dict[str, Json] = {
-    "memory.delete": ref("Success"),
-    "memory.deleteAll": ref("DeleteAllResult"),
-    "keys.revoke": ref("Success"),
-    "service.info": ref("ServiceInfo"),
-}
-
-
-def output_schema(proc: Procedure) -> Json | None:
-    """The JSON Schema of what ``proc`` answers, or None where nobody has described it."""
-    if proc.output is not None:
-        return OUTPUT_SCHEMAS.get(proc.output)
-    return OUTPUT_BY_PATH.get(proc.path)
+def _add(components: dict[str, Json], name: str, schema: Json) -> None:
+    if components.setdefault(name, schema) != schema:
+        raise ValueError(f"two different schemas are named {name}")
 
 
 # -- inputs: from the marshmallow schemas ------------------------------------------
@@ -386,17 +242,11 @@ def input_schema(schema: Schema) -> Json:
     out: Json = {"type": "object", "properties": properties}
     if required:
         out["required"] = required
-    rule = _schema_rule(schema)
+    # A rule on the whole object lives in code, not in its fields: in words.
+    rule = getattr(schema, "object_rule", None)
     if rule:
         out["description"] = rule
     return out
-
-
-def _schema_rule(schema: Schema) -> str | None:
-    # Whole-object rules live in code, not in fields; name the one there is.
-    if isinstance(schema, schemas.UpdateInput):
-        return "Give at least one of content, metadata, expiresAt."
-    return None
 
 
 # -- the document ------------------------------------------------------------------
@@ -454,45 +304,14 @@ def _error_responses() -> Json:
     return out
 
 
-def _statuses(proc: Procedure) -> list[int]:
-    """The error statuses a call of ``proc`` can answer."""
-    statuses = [400, 401]
-    fields_ = proc.input.load_fields if proc.input is not None else {}
-    # Creating a key past the tenant's cap of active keys.
-    if proc.path == "keys.create":
-        statuses.append(403)
-    # A procedure that names a record by id can find none.
-    if "id" in fields_:
-        statuses.append(404)
-    # A request body over the limit; any answer past the request's budget.
-    statuses.append(413)
-    if proc.type == MUTATION:
-        statuses.append(415)
-    if middleware.limited in proc.middleware or middleware.tenant_limited in proc.middleware:
-        statuses.append(429)
-    # Unexpected failures; storage that cannot take the call, or (for text
-    # that is embedded) a provider too slow to wait for.
-    statuses += [500, 503]
-    return statuses
-
-
-def _security(proc: Procedure) -> list[Json]:
-    if middleware.api_key in proc.middleware:
-        return [{"apiKey": []}]
-    if middleware.bearer_token in proc.middleware:
-        return [{"bearer": []}]
-    return []
-
-
 def _operation(proc: Procedure, input_name: str | None) -> Json:
     router, _, name = proc.path.partition(".")
-    output = output_schema(proc)
     result = {
         "type": "object",
         "properties": {
             "result": {
                 "type": "object",
-                "properties": {"data": output if output is not None else {}},
+                "properties": {"data": proc.output.schema},
                 "required": ["data"],
                 "additionalProperties": False,
             }
@@ -506,7 +325,7 @@ def _operation(proc: Procedure, input_name: str | None) -> Json:
         "tags": [router],
         "x-trpc-procedure": proc.path,
         "x-trpc-type": proc.type,
-        "security": _security(proc),
+        "security": [] if proc.credential is None else [{proc.credential.name: []}],
     }
     if input_name is not None:
         body = {"schema": ref(input_name)}
@@ -526,7 +345,7 @@ def _operation(proc: Procedure, input_name: str | None) -> Json:
         "200": {"description": "The procedure's result.", "content": {JSON: {"schema": result}}},
         **{
             str(status): {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
-            for status in _statuses(proc)
+            for status in proc.statuses()
         },
     }
     return op
@@ -552,17 +371,22 @@ Limits and defaults shown are this server's settings.
 def document(app: Flask) -> Json:
     """The OpenAPI 3.1 document of ``app``'s procedures, with its settings' limits."""
     registry: dict[str, Procedure] = app.extensions["trpc"]
-    components: dict[str, Json] = {**output_components(), **_filter_components()}
+    routers: list[Router] = app.extensions["trpc_routers"]
+    components: dict[str, Json] = {**_error_components(), **_filter_components()}
+    _add(components, health.HEALTH.name, health.HEALTH.schema)
+    security: dict[str, Json] = {}
     paths: Json = {}
     with app.app_context():
         for path in sorted(registry):
             proc = registry[path]
+            for component in proc.output.components:
+                _add(components, component.name, component.schema)
+            if proc.credential is not None:
+                security[proc.credential.name] = proc.credential.scheme
             input_name = None
             if proc.input is not None:
                 input_name = type(proc.input).__name__
-                built = input_schema(proc.input)
-                if components.setdefault(input_name, built) != built:
-                    raise ValueError(f"two input schemas are named {input_name}")
+                _add(components, input_name, input_schema(proc.input))
             method = "post" if proc.type == MUTATION else "get"
             paths[f"/trpc/{path}"] = {method: _operation(proc, input_name)}
         description = _DESCRIPTION.replace("{max_batch}", str(app.config["MAX_BATCH_SIZE"]))
@@ -573,10 +397,10 @@ def document(app: Flask) -> Json:
             "tags": ["health"],
             "security": [],
             "responses": {
-                "200": {"description": "Up.", "content": {JSON: {"schema": ref("Health")}}},
+                "200": {"description": "Up.", "content": {JSON: {"schema": health.HEALTH.ref}}},
                 "503": {
                     "description": "The database cannot be read.",
-                    "content": {JSON: {"schema": ref("Health")}},
+                    "content": {JSON: {"schema": health.HEALTH.ref}},
                 },
             },
         }
@@ -605,19 +429,14 @@ def document(app: Flask) -> Json:
         },
         "servers": [{"url": "/"}],
         "tags": [
-            {"name": "memory", "description": "A tenant's memories, per end user (API key)."},
-            {"name": "keys", "description": "A tenant's API keys (identity-provider JWT)."},
-            {"name": "service", "description": "What a client needs to know (API key)."},
+            *({"name": r.name, "description": r.description} for r in routers),
             {"name": "health", "description": "No credentials."},
         ],
         "paths": paths,
         "components": {
             "schemas": dict(sorted(components.items())),
             "responses": _error_responses(),
-            "securitySchemes": {
-                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
-                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
-            },
+            "securitySchemes": dict(sorted(security.items())),
         },
     }
 

@@ -1,4 +1,4 @@
-"""Input schemas (marshmallow) and output shapes of every procedure.
+"""Input schemas (marshmallow) of every procedure.
 
 Inputs follow what tRPC's validators do: unknown keys are dropped, wrong
 types are errors (a number is never read from a string), and an error
@@ -9,7 +9,6 @@ the app's config when a value is checked and passed to the rules of
 
 from __future__ import annotations
 
-import dataclasses
 import typing as t
 
 from flask import current_app
@@ -20,14 +19,7 @@ from marshmallow import fields
 from marshmallow import validate
 from marshmallow import validates_schema
 
-from .. import clock
 from .. import rules
-from .. import wire
-from ..models import ApiKey
-from ..models import CreatedKey
-from ..models import Memory
-from ..models import ScoredMemory
-from ..models import Version
 from ..search import MODES
 from ..search import filters
 from ..search.filters import Filter
@@ -153,6 +145,9 @@ class FilterField(fields.Field):
 
 
 class Input(Schema):
+    #: A rule on the object as a whole, in words, for the OpenAPI document.
+    object_rule: t.ClassVar[str | None] = None
+
     class Meta:
         unknown = EXCLUDE
 
@@ -228,6 +223,8 @@ class UpdateInput(Input):
     metadata = Metadata(allow_none=True)
     expiresAt = Timestamp(future=True, allow_none=True)
 
+    object_rule = "Give at least one of content, metadata, expiresAt."
+
     @validates_schema
     def _something_to_change(self, data: dict[str, t.Any], **kwargs: t.Any) -> None:
         if not {"content", "metadata", "expiresAt"} & data.keys():
@@ -244,87 +241,6 @@ class UserInput(Input):
 class CreateKeyInput(Input):
     # Shown on the operator's terminal by memsvc keys list.
     name = Text("MAX_NAME_CHARS", required=True, printable=True)
-
-
-# -- outputs -----------------------------------------------------------------
-
-
-# Outputs are built by hand rather than dumped through marshmallow: they are
-# plain field renames, and a search answer or a page of 100 memories is
-# several times faster this way. Key order is the wire order.
-
-
-def memory_out(m: Memory) -> dict[str, t.Any]:
-    return wire.MEMORY.json(m)
-
-
-def memories_out(memories: t.Iterable[Memory]) -> list[dict[str, t.Any]]:
-    return [memory_out(m) for m in memories]
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchAnswer:
-    """What memory.search found, and whether the caller asked why."""
-
-    results: list[ScoredMemory]
-    explain: bool = False
-
-
-def _number(value: float) -> float | int:
-    # JSON.stringify writes 1, not 1.0; match it for whole numbers.
-    return int(value) if value.is_integer() else value
-
-
-def search_results_out(answer: SearchAnswer) -> list[dict[str, t.Any]]:
-    out = []
-    for r in answer.results:
-        item = memory_out(r.memory)
-        item["similarity"] = _number(r.similarity)
-        if r.matched_by is not None:
-            item["matchedBy"] = list(r.matched_by)
-        if answer.explain:
-            item["explain"] = {
-                "cosine": _number(r.similarity),
-                "keyword": None if r.keyword is None else _number(r.keyword),
-                "score": _number(r.similarity if r.score is None else r.score),
-            }
-        out.append(item)
-    return out
-
-
-def versions_out(versions: t.Iterable[Version]) -> list[dict[str, t.Any]]:
-    return [wire.VERSION.json(v) for v in versions]
-
-
-def _iso_or_none(ms: int | None) -> str | None:
-    return None if ms is None else clock.iso(ms)
-
-
-def key_out(k: ApiKey) -> dict[str, t.Any]:
-    return {
-        "id": k.id,
-        "idpUserId": k.tenant,
-        "idpKeyId": k.key_id,
-        "name": k.name,
-        "lastUsedAt": _iso_or_none(k.last_used_at),
-        "createdAt": clock.iso(k.created_at),
-        "revokedAt": _iso_or_none(k.revoked_at),
-    }
-
-
-def keys_out(keys: t.Iterable[ApiKey]) -> list[dict[str, t.Any]]:
-    return [key_out(k) for k in keys]
-
-
-def created_key_out(c: CreatedKey) -> dict[str, t.Any]:
-    return {
-        "id": c.key.id,
-        "idpUserId": c.key.tenant,
-        "idpKeyId": c.key.key_id,
-        "name": c.key.name,
-        "secret": c.secret,
-        "createdAt": clock.iso(c.key.created_at),
-    }
 
 
 def error_text(messages: t.Any, prefix: str = "") -> list[str]:

@@ -7,18 +7,20 @@ import typing as t
 from .. import __version__
 from ..services import info
 from . import middleware
+from . import outputs
 from .context import runtime
+from .procedures import Router
 from .trpc import Call
-from .trpc import Router
 
 router = Router(
     "service",
     __name__,
+    description="What a client needs to know (API key).",
     middleware=[middleware.api_key, middleware.limited, middleware.record_use],
 )
 
 
-@router.query("info")
+@router.query("info", output=outputs.SERVICE_INFO)
 def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
     rt = runtime()
     limits = middleware.limits_of(call.caller.key, rt.default_limits)

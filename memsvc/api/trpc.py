@@ -1,4 +1,4 @@
-"""The tRPC wire protocol: procedure registry, single and batch calls, envelopes.
+"""The tRPC wire protocol: single and batch calls of the registered procedures, envelopes.
 
 ``GET /trpc/<router>.<op>?input=<json>`` runs a query and
 ``POST /trpc/<router>.<op>`` with a JSON body runs a mutation. With
@@ -7,12 +7,14 @@ input is an object keyed ``"0"``, ``"1"``, ...; the answer is then an array
 with one envelope per call, in order. Each call is authenticated,
 validated and answered on its own, as tRPC does.
 
-A call goes: find the procedure (404) → check the HTTP method (405) → its
+Procedures are declared with :class:`~.procedures.Router`; registering a
+router adds them to the app's registry, ``app.extensions["trpc"]``. A call
+goes: find the procedure (404) → check the HTTP method (405) → its
 middleware (authentication, limits) → read and validate its input (400) →
-the handler → ``{"result": {"data": ...}}``. Any :class:`~memsvc.errors.ApiError`
-on the way becomes ``{"error": {"message", "code", "data": {"code",
-"httpStatus", "path"}}}``; anything else is logged and answered as a bare
-500, never with a trace.
+the handler → its output's serialiser → ``{"result": {"data": ...}}``.
+Any :class:`~memsvc.errors.ApiError` on the way becomes ``{"error":
+{"message", "code", "data": {"code", "httpStatus", "path"}}}``; anything
+else is logged and answered as a bare 500, never with a trace.
 """
 
 from __future__ import annotations
@@ -29,8 +31,6 @@ from flask import Response
 from flask import current_app
 from flask import request
 from flask.blueprints import BlueprintSetupState
-from flask.sansio.app import App
-from marshmallow import Schema
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
@@ -48,17 +48,14 @@ from ..rules import strict_json
 from ..store import storage_problem
 from .context import clear_storage_problem
 from .context import record_storage_problem
+from .procedures import MUTATION
+from .procedures import QUERY
+from .procedures import Procedure
 from .schemas import error_text
 
 log = logging.getLogger(__name__)
 
-QUERY = "query"
-MUTATION = "mutation"
 _METHOD = {QUERY: "GET", MUTATION: "POST"}
-
-#: A middleware wraps one call: it may refuse it by raising an ApiError,
-#: and may hold something (a concurrency slot) until the call is answered.
-Middleware = t.Callable[["Call"], t.ContextManager[None]]
 
 
 class _Undefined:
@@ -69,17 +66,6 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
-
-
-@dataclasses.dataclass(frozen=True)
-class Procedure:
-    path: str
-    type: str
-    handler: t.Callable[..., t.Any]
-    input: Schema | None
-    #: Turns the handler's result into the JSON value sent.
-    output: t.Callable[[t.Any], t.Any] | None
-    middleware: tuple[Middleware, ...]
 
 
 @dataclasses.dataclass
@@ -97,45 +83,6 @@ class Call:
 
     def raw_input(self) -> t.Any:
         return self.inputs.get(self.index)
-
-
-class Router(Blueprint):
-    """A tRPC router: a blueprint whose procedures ``/trpc`` serves.
-
-    ``Router("memory", __name__)`` with ``@router.query("search", ...)``
-    serves ``memory.search``. Registering the blueprint on an app adds its
-    procedures to the app's registry.
-    """
-
-    def __init__(self, name: str, import_name: str, *, middleware: t.Sequence[Middleware] = ()):
-        super().__init__(name, import_name)
-        self.middleware = tuple(middleware)
-        self.procedures: dict[str, Procedure] = {}
-
-    def query(self, name: str, **options: t.Any) -> t.Callable[[t.Callable], t.Callable]:
-        return self._procedure(name, QUERY, **options)
-
-    def mutation(self, name: str, **options: t.Any) -> t.Callable[[t.Callable], t.Callable]:
-        return self._procedure(name, MUTATION, **options)
-
-    def _procedure(
-        self,
-        name: str,
-        type_: str,
-        *,
-        input: Schema | None = None,
-        output: t.Callable[[t.Any], t.Any] | None = None,
-    ) -> t.Callable[[t.Callable], t.Callable]:
-        def decorator(handler: t.Callable) -> t.Callable:
-            path = f"{self.name}.{name}"
-            self.procedures[path] = Procedure(path, type_, handler, input, output, self.middleware)
-            return handler
-
-        return decorator
-
-    def register(self, app: App, options: dict) -> None:
-        super().register(app, options)
-        app.extensions.setdefault("trpc", {}).update(self.procedures)
 
 
 class ProcedurePath(PathConverter):
@@ -295,8 +242,7 @@ def _execute(call: Call) -> t.Any:
                 params = proc.input.load(raw)
             except ValidationError as e:
                 raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
-        result = proc.handler(call, params)
-        return proc.output(result) if proc.output is not None else result
+        return proc.output.dump(proc.handler(call, params))
 
 
 class _Inputs:

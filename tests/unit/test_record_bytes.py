@@ -11,7 +11,7 @@ import json
 import numpy as np
 
 from memsvc import wire
-from memsvc.api import schemas
+from memsvc.api import outputs
 from memsvc.models import ApiKey
 from memsvc.models import Memory
 from memsvc.models import Version
@@ -52,12 +52,12 @@ def compact(value: object) -> str:
 
 
 def test_the_api_answers_a_memory_in_this_order_leaving_out_a_missing_expiry():
-    assert compact(schemas.memory_out(PLAIN)) == (
+    assert compact(outputs.MEMORY.dump(PLAIN)) == (
         '{"id":"3b0f1fd4-5a1e-4e59-8a4c-0d0c6f3b8d2a","content":"Bob runs ü","userId":"bob",'
         '"idpUserId":"acme","metadata":{"category":"sport","n":[1,2.5]},'
         '"createdAt":"2026-11-22T11:24:03.116Z","updatedAt":"2026-11-22T11:24:03.116Z"}'
     )
-    assert compact(schemas.memory_out(UPDATED_EXPIRING)) == (
+    assert compact(outputs.MEMORY.dump(UPDATED_EXPIRING)) == (
         '{"id":"4c1e2ae5-6b2f-4f6a-9b5d-1e1d7a4c9e3b","content":"Alice swims","userId":"alice",'
         '"idpUserId":"acme","metadata":{},"createdAt":"2026-11-22T11:24:03.116Z",'
         '"updatedAt":"2026-11-22T11:25:03.116Z","expiresAt":"2026-11-23T11:24:03.116Z"}'
@@ -65,7 +65,7 @@ def test_the_api_answers_a_memory_in_this_order_leaving_out_a_missing_expiry():
 
 
 def test_the_api_answers_versions_in_this_order():
-    assert compact(schemas.versions_out(HISTORY)) == (
+    assert compact(outputs.VERSIONS.dump(HISTORY)) == (
         '[{"version":1,"content":"Alice swam","metadata":{},"event":"add",'
         '"at":"2026-11-22T11:24:03.116Z"},{"version":2,"content":"Alice swims",'
         '"metadata":{"k":null},"event":"update","at":"2026-11-22T11:25:03.116Z"}]'

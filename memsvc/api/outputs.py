@@ -1,0 +1,211 @@
+"""What procedures answer: each output's JSON Schema, by component, and its serialiser.
+
+Records are written by their :mod:`memsvc.wire` shapes, whose field order is
+the wire order; answers are built by hand rather than dumped through
+marshmallow, which was several times slower on a search answer or a page of
+100 memories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import typing as t
+
+from .. import wire
+from ..models import ApiKey
+from ..models import CreatedKey
+from ..models import ScoredMemory
+from ..wire import TIMESTAMP
+from ..wire import UUID
+from ..wire import Field
+from ..wire import Shape
+from ..wire import object_schema
+from .procedures import Component
+from .procedures import Output
+
+_FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
+
+
+# -- memories ----------------------------------------------------------------
+
+
+MEMORY_COMPONENT = Component.of(wire.MEMORY)
+MEMORY = Output.one(MEMORY_COMPONENT, wire.MEMORY.json)
+MEMORIES = Output.list_of(MEMORY_COMPONENT, wire.MEMORY.json)
+VERSIONS = Output.list_of(Component.of(wire.VERSION), wire.VERSION.json)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchAnswer:
+    """What memory.search found, and whether the caller asked why."""
+
+    results: list[ScoredMemory]
+    explain: bool = False
+
+
+def _number(value: float) -> float | int:
+    # JSON.stringify writes 1, not 1.0; match it for whole numbers.
+    return int(value) if value.is_integer() else value
+
+
+def search_results(answer: SearchAnswer) -> list[dict[str, t.Any]]:
+    out = []
+    for r in answer.results:
+        item = wire.MEMORY.json(r.memory)
+        item["similarity"] = _number(r.similarity)
+        if r.matched_by is not None:
+            item["matchedBy"] = list(r.matched_by)
+        if answer.explain:
+            item["explain"] = {
+                "cosine": _number(r.similarity),
+                "keyword": None if r.keyword is None else _number(r.keyword),
+                "score": _number(r.similarity if r.score is None else r.score),
+            }
+        out.append(item)
+    return out
+
+
+_SEARCH_RESULT = Component(
+    "SearchResult",
+    object_schema(
+        {
+            **wire.MEMORY.properties(),
+            "similarity": {
+                **_FRACTION,
+                "description": "Cosine similarity of the query and the memory, clamped "
+                "into [0, 1].",
+            },
+            "matchedBy": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["keyword", "semantic"]},
+                "description": "Which searches found it (keyword and hybrid modes).",
+            },
+            "explain": object_schema(
+                {
+                    "cosine": {
+                        **_FRACTION,
+                        "description": "The cosine similarity (equal to similarity).",
+                    },
+                    "keyword": {
+                        "type": ["number", "null"],
+                        "minimum": 0,
+                        "maximum": 1,
+                        "description": "The keyword match's strength in [0, 1]: the "
+                        "share of the query's words, each weighted by its rarity among "
+                        "the user's own memories, that the memory holds; null when no "
+                        "query word matched (and in semantic mode).",
+                    },
+                    "score": {
+                        "type": "number",
+                        "description": "What the mode ranked by: the cosine (semantic), "
+                        "the BM25 score (keyword), the cosine plus 0.5 x the keyword "
+                        "strength squared (hybrid).",
+                    },
+                },
+                ["cosine", "keyword", "score"],
+                description="Why it ranked where it did; only with explain: true.",
+            ),
+        },
+        (*wire.MEMORY.required(), "similarity"),
+    ),
+)
+SEARCH_RESULTS = Output(
+    {"type": "array", "items": _SEARCH_RESULT.ref},
+    (_SEARCH_RESULT,),
+    f"list of {_SEARCH_RESULT.name}",
+    search_results,
+)
+
+_SUCCESS = {"type": "boolean", "const": True}
+SUCCESS = Output.one(Component("Success", object_schema({"success": _SUCCESS}, ["success"])))
+DELETED = Output.one(
+    Component(
+        "DeleteAllResult",
+        object_schema(
+            {"success": _SUCCESS, "deleted": {"type": "integer", "minimum": 0}},
+            ["success", "deleted"],
+        ),
+    )
+)
+
+
+# -- API keys ----------------------------------------------------------------
+
+
+_NULLABLE_TIMESTAMP = {**TIMESTAMP, "type": ["string", "null"]}
+_KEY_RECORD_ID = {**UUID, "description": "The key record's id, which keys.revoke takes."}
+_TENANT = {"type": "string", "description": "The tenant."}
+_KEY_IDENTIFIER = {"type": "string", "pattern": "^key_[0-9a-f]{16}$"}
+
+_API_KEY = Shape[ApiKey](
+    "ApiKey",
+    (
+        Field("id", _KEY_RECORD_ID, operator.attrgetter("id")),
+        Field("idpUserId", _TENANT, operator.attrgetter("tenant")),
+        Field("idpKeyId", _KEY_IDENTIFIER, operator.attrgetter("key_id")),
+        Field("name", {"type": "string"}, operator.attrgetter("name")),
+        Field("lastUsedAt", _NULLABLE_TIMESTAMP, lambda k: wire.timestamp(k.last_used_at)),
+        Field("createdAt", TIMESTAMP, lambda k: wire.timestamp(k.created_at)),
+        Field("revokedAt", _NULLABLE_TIMESTAMP, lambda k: wire.timestamp(k.revoked_at)),
+    ),
+)
+KEYS = Output.list_of(Component.of(_API_KEY), _API_KEY.json)
+
+_CREATED_KEY = Shape[CreatedKey](
+    "CreatedKey",
+    (
+        Field("id", _KEY_RECORD_ID, lambda c: c.key.id),
+        Field("idpUserId", _TENANT, lambda c: c.key.tenant),
+        Field("idpKeyId", _KEY_IDENTIFIER, lambda c: c.key.key_id),
+        Field("name", {"type": "string"}, lambda c: c.key.name),
+        Field(
+            "secret",
+            {
+                "type": "string",
+                "pattern": "^sk_[a-z0-9]+_[0-9a-f]{64}$",
+                "description": "Shown in this answer only, never again.",
+            },
+            operator.attrgetter("secret"),
+        ),
+        Field("createdAt", TIMESTAMP, lambda c: wire.timestamp(c.key.created_at)),
+    ),
+)
+CREATED_KEY = Output.one(Component.of(_CREATED_KEY), _CREATED_KEY.json)
+
+
+# -- the service -------------------------------------------------------------
+
+
+_UNLIMITED = {"type": "integer", "minimum": 0, "description": "0: none."}
+
+#: What :func:`memsvc.services.info.describe` returns.
+SERVICE_INFO = Output.one(
+    Component(
+        "ServiceInfo",
+        object_schema(
+            {
+                "version": {"type": "string"},
+                "embedder": object_schema(
+                    {
+                        "model": {"type": "string"},
+                        "dimensions": {"type": "integer", "minimum": 1},
+                        "maxTokens": {"type": ["integer", "null"]},
+                        "recommendedThreshold": {**_FRACTION, "type": ["number", "null"]},
+                    },
+                    ["model", "dimensions", "maxTokens", "recommendedThreshold"],
+                ),
+                "defaults": object_schema(
+                    {"threshold": _FRACTION, "limit": {"type": "integer", "minimum": 1}},
+                    ["threshold", "limit"],
+                ),
+                "limits": object_schema(
+                    {"perMinute": _UNLIMITED, "concurrent": _UNLIMITED},
+                    ["perMinute", "concurrent"],
+                    description="The calling key's limits, its own overrides included.",
+                ),
+            },
+            ["version", "embedder", "defaults", "limits"],
+        ),
+    )
+)

@@ -1,0 +1,241 @@
+"""A procedure's declaration, and everything it holds.
+
+``Router("memory", __name__, description=..., middleware=[...])`` and, on a handler,
+``@router.mutation("update", input=UpdateInput(), output=outputs.MEMORY,
+errors=[NotFound])`` declare ``memory.update``: a mutation, its input
+schema, its output (how the handler's result becomes JSON, and that JSON's
+schema), the errors it can answer beyond those every call can, and the
+middleware it runs through (which may name its own errors and the
+credential it checks). The wire (:mod:`.trpc`), the OpenAPI document
+(:mod:`.openapi`) and the table of procedures in docs/api.md
+(:mod:`.procedure_table`) all read these declarations and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing as t
+
+from flask import Blueprint
+from flask.sansio.app import App
+from marshmallow import Schema
+
+from .. import wire
+from ..errors import HTTP_STATUS
+from ..errors import ApiError
+from ..errors import BadRequest
+from ..errors import InternalError
+from ..errors import PayloadTooLarge
+from ..errors import ServiceUnavailable
+from ..errors import UnsupportedMediaType
+
+if t.TYPE_CHECKING:
+    from .trpc import Call
+
+QUERY = "query"
+MUTATION = "mutation"
+
+Json = dict[str, t.Any]
+Error = type[ApiError]
+
+#: What any call can be answered with, whatever its procedure: its input is
+#: invalid or the request malformed (400); the request body is over the
+#: limit, or the request's answers past their budget (413); something
+#: unexpected failed (500); the storage cannot take the call, or the
+#: embedding provider is too slow to wait for (503).
+COMMON_ERRORS: tuple[Error, ...] = (BadRequest, PayloadTooLarge, InternalError, ServiceUnavailable)
+#: What any mutation can be answered with too: a body that is not JSON (415).
+MUTATION_ERRORS: tuple[Error, ...] = (UnsupportedMediaType,)
+
+
+def status(error: Error) -> int:
+    return HTTP_STATUS[error.code]
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """A named JSON Schema: one of the OpenAPI document's ``components/schemas``."""
+
+    name: str
+    schema: Json
+
+    @classmethod
+    def of(cls, shape: wire.Shape[t.Any]) -> Component:
+        return cls(shape.name, shape.schema())
+
+    @property
+    def ref(self) -> Json:
+        return {"$ref": f"#/components/schemas/{self.name}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """What a procedure answers: its JSON Schema, and how the handler's result becomes that JSON."""
+
+    #: The JSON Schema of the answer's data, referring to :attr:`components`.
+    schema: Json
+    components: tuple[Component, ...]
+    #: The answer in words, for the docs: ``list of Memory``.
+    shown: str
+    #: Turns the handler's result into the JSON value sent; None: sent as it is.
+    serialise: t.Callable[[t.Any], t.Any] | None = None
+
+    @classmethod
+    def one(
+        cls, component: Component, serialise: t.Callable[[t.Any], t.Any] | None = None
+    ) -> Output:
+        """One object of ``component``."""
+        return cls(component.ref, (component,), component.name, serialise)
+
+    @classmethod
+    def list_of(cls, component: Component, each: t.Callable[[t.Any], t.Any]) -> Output:
+        """A list of ``component``'s objects, ``each`` turning one item of the result into one."""
+        return cls(
+            {"type": "array", "items": component.ref},
+            (component,),
+            f"list of {component.name}",
+            lambda items: [each(item) for item in items],
+        )
+
+    def dump(self, result: t.Any) -> t.Any:
+        return result if self.serialise is None else self.serialise(result)
+
+
+@dataclasses.dataclass(frozen=True)
+class Credential:
+    """What callers prove who they are with: one of the OpenAPI document's security schemes."""
+
+    #: The scheme's name in the document.
+    name: str
+    #: The OpenAPI security scheme.
+    scheme: Json
+    #: How the docs name it.
+    shown: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Middleware:
+    """A step every call of a router goes through before its handler.
+
+    It may refuse the call by raising one of its :attr:`errors`, and may hold
+    something (a concurrency slot) until the call is answered.
+    """
+
+    run: t.Callable[[Call], t.ContextManager[None]]
+    #: The errors it refuses calls with, beyond those every call can get.
+    errors: tuple[Error, ...] = ()
+    #: The credential it checks, if it authenticates the caller.
+    credential: Credential | None = None
+
+    def __call__(self, call: Call) -> t.ContextManager[None]:
+        return self.run(call)
+
+
+def middleware(
+    *, errors: t.Sequence[Error] = (), credential: Credential | None = None
+) -> t.Callable[[t.Callable[[Call], t.ContextManager[None]]], Middleware]:
+    """Declare a middleware: ``@middleware(errors=[Unauthorized], credential=API_KEY)``."""
+
+    def declare(run: t.Callable[[Call], t.ContextManager[None]]) -> Middleware:
+        return Middleware(run, tuple(errors), credential)
+
+    return declare
+
+
+@dataclasses.dataclass(frozen=True)
+class Procedure:
+    """One procedure as declared: all the wire, the document and the docs know of it."""
+
+    path: str
+    type: str
+    handler: t.Callable[[Call, dict[str, t.Any]], t.Any]
+    #: Validates and loads the input object; None: the procedure takes none.
+    input: Schema | None
+    output: Output
+    middleware: tuple[Middleware, ...] = ()
+    #: The errors its handler answers with beyond the common ones and its middleware's.
+    errors: tuple[Error, ...] = ()
+
+    @property
+    def credential(self) -> Credential | None:
+        return next((m.credential for m in self.middleware if m.credential), None)
+
+    def common_errors(self) -> tuple[Error, ...]:
+        """What any call of its type can be answered with."""
+        return COMMON_ERRORS + (MUTATION_ERRORS if self.type == MUTATION else ())
+
+    def own_errors(self) -> tuple[Error, ...]:
+        """What it can answer beyond the common errors: its middleware's and its handler's."""
+        errors = [e for m in self.middleware for e in m.errors] + list(self.errors)
+        return tuple(dict.fromkeys(errors))
+
+    def statuses(self, *, common: bool = True) -> list[int]:
+        """The HTTP statuses of its errors, in order."""
+        errors = self.own_errors() + (self.common_errors() if common else ())
+        return sorted({status(e) for e in errors})
+
+
+class Router(Blueprint):
+    """A tRPC router: a blueprint whose procedures ``/trpc`` serves.
+
+    ``Router("memory", __name__, description=...)`` with
+    ``@router.query("search", ...)`` serves ``memory.search``. Registering
+    the blueprint on an app adds its procedures to the app's registry
+    (``app.extensions["trpc"]``), and itself to its routers.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        import_name: str,
+        *,
+        description: str,
+        middleware: t.Sequence[Middleware] = (),
+    ):
+        super().__init__(name, import_name)
+        #: What its procedures are about, in a few words.
+        self.description = description
+        self.middleware = tuple(middleware)
+        self.procedures: dict[str, Procedure] = {}
+
+    def query(
+        self,
+        name: str,
+        *,
+        output: Output,
+        input: Schema | None = None,
+        errors: t.Sequence[Error] = (),
+    ) -> t.Callable[[t.Callable], t.Callable]:
+        return self._procedure(name, QUERY, output, input, errors)
+
+    def mutation(
+        self,
+        name: str,
+        *,
+        output: Output,
+        input: Schema | None = None,
+        errors: t.Sequence[Error] = (),
+    ) -> t.Callable[[t.Callable], t.Callable]:
+        return self._procedure(name, MUTATION, output, input, errors)
+
+    def _procedure(
+        self,
+        name: str,
+        type_: str,
+        output: Output,
+        input: Schema | None,
+        errors: t.Sequence[Error],
+    ) -> t.Callable[[t.Callable], t.Callable]:
+        def decorator(handler: t.Callable) -> t.Callable:
+            path = f"{self.name}.{name}"
+            self.procedures[path] = Procedure(
+                path, type_, handler, input, output, self.middleware, tuple(errors)
+            )
+            return handler
+
+        return decorator
+
+    def register(self, app: App, options: dict) -> None:
+        super().register(app, options)
+        app.extensions.setdefault("trpc", {}).update(self.procedures)
+        app.extensions.setdefault("trpc_routers", []).append(self)
