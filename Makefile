@@ -64,9 +64,11 @@ format: install
 	$(BIN)/ruff check --fix $(PY_SOURCES)
 	$(BIN)/ruff format $(PY_SOURCES)
 
-# The settings table of docs/configuration.md, from memsvc/settings.py.
+# The settings table of docs/configuration.md, from memsvc/settings.py; the
+# table of procedures of docs/api.md, from their declarations.
 docs: install
 	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'
+	$(BIN)/python -c 'from memsvc.api import procedure_table; procedure_table.write_docs("docs/api.md")'
 	$(BIN)/python -c 'from bench import report; report.write_docs("docs/performance.md")'
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
