@@ -3,8 +3,8 @@
 The document is built from the procedures' declarations (:mod:`.procedures`,
 registered in ``app.extensions["trpc"]``) and nothing else, so it cannot
 drift from what the server does: each procedure's input from the very
-marshmallow schema that validates it, with the size limits of this
-server's settings; its answer from its output's JSON Schema and
+marshmallow schema that validates it (:mod:`.input_schemas`), with the
+size limits of this server's settings; its answer from its output's JSON Schema and
 components; its error statuses from its type, its middleware and its own
 declared errors; its credential from its middleware. A query is
 ``GET /trpc/<procedure>`` with its input as URL-encoded JSON in the
@@ -20,17 +20,13 @@ from flask import Blueprint
 from flask import Flask
 from flask import Response
 from flask import current_app
-from marshmallow import Schema
-from marshmallow import fields
-from marshmallow import missing
-from marshmallow import validate
 
 from .. import __version__
 from .. import wire
 from ..errors import HTTP_STATUS
-from ..search.filters import OPERATORS
 from . import health
-from . import schemas
+from . import input_schemas
+from .input_schemas import ref
 from .procedures import MUTATION
 from .procedures import Procedure
 from .procedures import Router
@@ -40,15 +36,6 @@ bp = Blueprint("openapi", __name__)
 
 JSON = "application/json"
 Json = dict[str, t.Any]
-
-
-def ref(name: str) -> Json:
-    """A reference to a schema of the document's components."""
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _array(items: Json) -> Json:
-    return {"type": "array", "items": items}
 
 
 def _error_components() -> dict[str, Json]:
@@ -91,162 +78,6 @@ def _error_components() -> dict[str, Json]:
 def _add(components: dict[str, Json], name: str, schema: Json) -> None:
     if components.setdefault(name, schema) != schema:
         raise ValueError(f"two different schemas are named {name}")
-
-
-# -- inputs: from the marshmallow schemas ------------------------------------------
-
-
-def _filter_components() -> dict[str, Json]:
-    ordered = {"type": ["number", "string"], "format": "date-time"}
-    operand: dict[str, Json] = {
-        "eq": {},
-        "ne": {},
-        "in": {"type": "array"},
-        "nin": {"type": "array"},
-        "gt": ordered,
-        "gte": ordered,
-        "lt": ordered,
-        "lte": ordered,
-        "exists": {"type": "boolean"},
-        "contains": {},
-    }
-    operators = [
-        {
-            "type": "object",
-            "properties": {op: operand.get(op, {})},
-            "required": [op],
-            "additionalProperties": False,
-        }
-        for op in OPERATORS
-    ]
-    return {
-        "Filter": {
-            "type": "object",
-            "description": "Conditions on metadata, all of which must hold. A key is a metadata "
-            "key (a dotted key a.b reaches into nested objects); its value is a JSON value that "
-            "the metadata value must equal, or an object with exactly one operator. gt, gte, lt "
-            "and lte compare numbers with numbers and strings as ISO 8601 timestamps with a zone.",
-            "propertyNames": {"pattern": r"^[^.]+(\.[^.]+)*$"},
-            "additionalProperties": ref("FilterCondition"),
-        },
-        "FilterCondition": {
-            "anyOf": [
-                {
-                    "type": ["string", "number", "boolean", "null", "array"],
-                    "description": 'Equality (typed: 1, "1" and true differ).',
-                },
-                *operators,
-            ]
-        },
-    }
-
-
-def field_schema(field: fields.Field) -> Json:
-    """The JSON Schema of one marshmallow field, with this app's limits."""
-    out = _field_type(field)
-    for validator in field.validators:
-        if isinstance(validator, validate.Range):
-            if validator.min is not None:
-                key = "minimum" if validator.min_inclusive else "exclusiveMinimum"
-                out[key] = validator.min
-            if validator.max is not None:
-                key = "maximum" if validator.max_inclusive else "exclusiveMaximum"
-                out[key] = validator.max
-        elif isinstance(validator, validate.Length):
-            prefix = "Items" if out.get("type") == "array" else "Length"
-            if validator.min is not None:
-                out[f"min{prefix}"] = validator.min
-            if validator.max is not None:
-                out[f"max{prefix}"] = validator.max
-            if validator.equal is not None:
-                out[f"min{prefix}"] = out[f"max{prefix}"] = validator.equal
-        elif isinstance(validator, validate.OneOf):
-            out["enum"] = list(validator.choices)
-    description = field.metadata.get("description")
-    if description:
-        out["description"] = description
-    default = field.load_default
-    if callable(default):
-        default = default()
-    if default is not missing and default is not None:
-        out["default"] = default
-    if field.allow_none:
-        if "$ref" in out:
-            out = {"anyOf": [out, {"type": "null"}]}
-        else:
-            kind = out.get("type", [])
-            out["type"] = [*([kind] if isinstance(kind, str) else kind), "null"]
-            if "enum" in out:
-                out["enum"] = [*out["enum"], None]
-    return out
-
-
-def _field_type(field: fields.Field) -> Json:
-    config = current_app.config
-    if isinstance(field, schemas.Text):
-        return {
-            "type": "string",
-            "minLength": 1,
-            "maxLength": config[field.max_setting],
-            # At least one character that is not a space, and no NUL.
-            "pattern": r"^[^\u0000]*[^\s\u0000][^\u0000]*$",
-        }
-    if isinstance(field, schemas.Uuid):
-        return {
-            "type": "string",
-            "format": "uuid",
-            "pattern": r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
-        }
-    if isinstance(field, schemas.Metadata):
-        return {
-            "type": "object",
-            "additionalProperties": True,
-            "description": f"Any JSON object, up to {config['MAX_METADATA_BYTES']} bytes as "
-            f"compact JSON and {config['MAX_METADATA_DEPTH']} levels deep.",
-        }
-    if isinstance(field, schemas.Timestamp):
-        rule = "in the future; " if field.future else ""
-        return {
-            "type": "string",
-            "format": "date-time",
-            "description": f"ISO 8601 with its zone (Z or an offset such as +02:00), {rule}"
-            "e.g. 2026-11-23T10:00:00Z.",
-        }
-    if isinstance(field, schemas.FilterField):
-        return ref("Filter")
-    if isinstance(field, schemas.Flag | fields.Boolean):
-        return {"type": "boolean"}
-    if isinstance(field, fields.Integer):
-        return {"type": "integer"}
-    if isinstance(field, fields.Number):
-        return {"type": "number"}
-    if isinstance(field, fields.String):
-        return {"type": "string"}
-    if isinstance(field, fields.List):
-        return _array(field_schema(field.inner))
-    if isinstance(field, fields.Nested) and isinstance(field.schema, Schema):
-        return input_schema(field.schema)
-    # Any JSON value: nothing more is known of a field of a new kind.
-    return {}
-
-
-def input_schema(schema: Schema) -> Json:
-    """The JSON Schema of an input object validated by ``schema``."""
-    properties: Json = {}
-    required = []
-    for name, field in schema.load_fields.items():
-        key = field.data_key or name
-        properties[key] = field_schema(field)
-        if field.required:
-            required.append(key)
-    out: Json = {"type": "object", "properties": properties}
-    if required:
-        out["required"] = required
-    # A rule on the whole object lives in code, not in its fields: in words.
-    rule = getattr(schema, "object_rule", None)
-    if rule:
-        out["description"] = rule
-    return out
 
 
 # -- the document ------------------------------------------------------------------
@@ -372,7 +203,7 @@ def document(app: Flask) -> Json:
     """The OpenAPI 3.1 document of ``app``'s procedures, with its settings' limits."""
     registry: dict[str, Procedure] = app.extensions["trpc"]
     routers: list[Router] = app.extensions["trpc_routers"]
-    components: dict[str, Json] = {**_error_components(), **_filter_components()}
+    components: dict[str, Json] = {**_error_components(), **input_schemas.filter_components()}
     _add(components, health.HEALTH.name, health.HEALTH.schema)
     security: dict[str, Json] = {}
     paths: Json = {}
@@ -386,7 +217,7 @@ def document(app: Flask) -> Json:
             input_name = None
             if proc.input is not None:
                 input_name = type(proc.input).__name__
-                _add(components, input_name, input_schema(proc.input))
+                _add(components, input_name, input_schemas.input_schema(proc.input))
             method = "post" if proc.type == MUTATION else "get"
             paths[f"/trpc/{path}"] = {method: _operation(proc, input_name)}
         description = _DESCRIPTION.replace("{max_batch}", str(app.config["MAX_BATCH_SIZE"]))
