@@ -3,8 +3,9 @@
 Inputs are generated from the marshmallow schemas that validate requests, so
 these tests check the mapping (types, limits from the settings, nullability,
 the filter grammar) and that a new field or procedure appears by itself.
-Outputs are described by hand, so every procedure is called here and its
-answer checked against the document.
+Outputs are declared field by field beside the code that writes them
+(memsvc/api/outputs.py, memsvc/wire.py), so every procedure is called here
+and its answer checked against the document.
 """
 
 from __future__ import annotations
