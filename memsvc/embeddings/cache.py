@@ -17,7 +17,7 @@ import typing as t
 import numpy as np
 
 if t.TYPE_CHECKING:
-    from . import Embedder
+    from .base import Embedder
 
 
 class CachedEmbedder:

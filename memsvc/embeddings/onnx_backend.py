@@ -90,7 +90,7 @@ def cache_key(model_dir: str, quantize: str) -> str:
 
 
 def _build(model_dir: str, quantize: str) -> t.Any:
-    from .bert import load_model_weights
+    from .encoding import load_model_weights
     from .onnx_graph import build_graph
 
     with open(os.path.join(model_dir, "config.json")) as f:

@@ -32,10 +32,10 @@ import numpy as np
 import requests
 
 from ..errors import BadRequest
-from . import InputTooLong
-from . import ProviderBusy
-from . import ProviderError
-from . import unit_rows
+from .base import InputTooLong
+from .base import ProviderBusy
+from .base import ProviderError
+from .base import unit_rows
 from .windows import char_windows
 
 log = logging.getLogger(__name__)

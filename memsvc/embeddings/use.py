@@ -23,8 +23,8 @@ import typing as t
 
 import numpy as np
 
-from .bert import TooManyTokens
-from .local import BACKENDS
+from .encoding import BACKENDS
+from .encoding import TooManyTokens
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import typing as t
 
 import numpy as np
 
-from . import Embedder
-from . import InputTooLong
+from .base import Embedder
+from .base import InputTooLong
 
 #: How many times a window a provider finds too long is halved before giving up.
 _MAX_SPLITS = 4
