@@ -82,6 +82,7 @@ import numpy as np  # noqa: E402
 from bench.report import recording  # noqa: E402
 from memsvc import clock  # noqa: E402
 from memsvc import terms  # noqa: E402
+from memsvc.embeddings import Embedder  # noqa: E402
 from memsvc.embeddings.cache import CachedEmbedder  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import MODES  # noqa: E402
@@ -336,7 +337,7 @@ def sizes(store: Store, path: str | None) -> tuple[int, int | None]:
 # -- measuring ---------------------------------------------------------------------
 
 
-class Precomputed:
+class Precomputed(Embedder):
     """An embedder that knows every query's vector already (the service path's input)."""
 
     model_id = "bench:random"

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 from bench.report import recording  # noqa: E402
 from memsvc import clock  # noqa: E402
 from memsvc import settings  # noqa: E402
+from memsvc.embeddings import Embedder  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
@@ -60,7 +61,7 @@ WORDS = [f"w{i:04d}" for i in range(5000)]
 ZIPF = list(itertools.accumulate(1 / (i + 1) for i in range(len(WORDS))))
 
 
-class Fixed:
+class Fixed(Embedder):
     """An embedder for import: never called, the vectors come from the file."""
 
     model_id = "bench:random"

@@ -49,7 +49,6 @@ from memsvc import create_app  # noqa: E402
 from memsvc.api.context import store  # noqa: E402
 from memsvc.embeddings.local import LocalEmbedder  # noqa: E402
 from memsvc.embeddings.windows import needed  # noqa: E402
-from memsvc.embeddings.windows import windows_of  # noqa: E402
 from memsvc.services import keys  # noqa: E402
 from tests.support import texts  # noqa: E402
 from tests.support.helpers import CountingEmbedder  # noqa: E402
@@ -125,7 +124,7 @@ def counting_cpu(embedder: LocalEmbedder, text: str, rounds: int) -> float:
     times = []
     for _ in range(rounds):
         started = time.process_time()
-        windows_of(embedder, text)
+        embedder.windows(text)
         times.append(time.process_time() - started)
     return statistics.median(times)
 

@@ -16,11 +16,10 @@ import typing as t
 
 import numpy as np
 
-if t.TYPE_CHECKING:
-    from .base import Embedder
+from .base import Embedder
 
 
-class CachedEmbedder:
+class CachedEmbedder(Embedder):
     """An :class:`~memsvc.embeddings.Embedder` that remembers its last ``max_entries`` texts.
 
     ``max_entries=0`` turns caching off. Thread-safe: the lock is held only
@@ -36,6 +35,7 @@ class CachedEmbedder:
         self.max_entries = max_entries
         self.model_id = embedder.model_id
         self.dimensions = embedder.dimensions
+        self.batch_invariant = embedder.batch_invariant
         self.hits = 0
         self.misses = 0
         self._vectors: collections.OrderedDict[tuple[str, str], np.ndarray] = (
@@ -46,17 +46,19 @@ class CachedEmbedder:
     def __len__(self) -> int:
         return len(self._vectors)
 
-    @property
-    def batch_invariant(self) -> bool:
-        return bool(getattr(self.embedder, "batch_invariant", True))
-
     def scoped(self, scope: str) -> Scoped:
         """This cache as an embedder whose entries only ``scope`` shares (a tenant)."""
         return Scoped(self, scope)
 
+    @property
+    def max_tokens(self) -> int | None:
+        return self.embedder.max_tokens
+
     def windows(self, text: str) -> list[str]:
-        cut = getattr(self.embedder, "windows", None)
-        return cut(text) if cut is not None else [text]
+        return self.embedder.windows(text)
+
+    def prepare(self) -> None:
+        self.embedder.prepare()
 
     def warm_up(self) -> None:
         """Get the wrapped embedder ready."""
@@ -96,7 +98,7 @@ class CachedEmbedder:
         return out
 
 
-class Scoped:
+class Scoped(Embedder):
     """A :class:`CachedEmbedder` seen by one scope: an embedder like any other."""
 
     def __init__(self, cache: CachedEmbedder, scope: str):
@@ -106,8 +108,15 @@ class Scoped:
         self.dimensions = cache.dimensions
         self.batch_invariant = cache.batch_invariant
 
+    @property
+    def max_tokens(self) -> int | None:
+        return self.cache.max_tokens
+
     def windows(self, text: str) -> list[str]:
         return self.cache.windows(text)
+
+    def prepare(self) -> None:
+        self.cache.prepare()
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         return self.cache.embed(texts, scope=self.scope)

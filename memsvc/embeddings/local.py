@@ -24,6 +24,7 @@ import typing as t
 import numpy as np
 
 from ..errors import ConfigError
+from .base import Embedder
 from .base import InputTooLong
 from .encoding import BACKENDS
 from .encoding import TooManyTokens
@@ -45,7 +46,7 @@ def bundled_model_dir() -> str:
     return os.path.join(os.path.dirname(spec.origin), "model")
 
 
-class LocalEmbedder:
+class LocalEmbedder(Embedder):
     """Embeds with a sentence-transformers BERT model, loaded on first use.
 
     ``backend`` is ``"auto"`` (ONNX Runtime, else numpy), ``"onnx"`` or

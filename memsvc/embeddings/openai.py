@@ -32,6 +32,7 @@ import numpy as np
 import requests
 
 from ..errors import BadRequest
+from .base import Embedder
 from .base import InputTooLong
 from .base import ProviderBusy
 from .base import ProviderError
@@ -71,7 +72,7 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(Embedder):
     """An :class:`~memsvc.embeddings.Embedder` over the OpenAI embeddings API."""
 
     def __init__(

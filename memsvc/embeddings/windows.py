@@ -9,9 +9,9 @@ its whole; a longer one gets the mean of its windows' vectors instead. A
 query is embedded the same way, as its whole text or that mean, so a query
 repeating a memory's text finds that memory with similarity 1.
 
-Embedders cut their own windows (:meth:`windows`): the local model by its
-tokens, a remote model by characters, since memsvc cannot count a remote
-model's tokens. If a remote provider still finds a window too long, the
+Embedders cut their own windows (:meth:`.Embedder.windows`): the local
+model by its tokens, a remote model by characters, since memsvc cannot
+count a remote model's tokens. If a remote provider still finds a window too long, the
 window is halved and tried again.
 """
 
@@ -32,11 +32,6 @@ _MAX_SPLITS = 4
 _MIN_SPLIT_CHARS = 200
 
 
-def windows_of(embedder: Embedder, text: str) -> list[str]:
-    cut = getattr(embedder, "windows", None)
-    return cut(text) if cut is not None else [text]
-
-
 def needed(embedder: Embedder, text: str, *, query: bool = False) -> int:
     """How many texts embedding ``text`` runs through the model, found without running it.
 
@@ -46,7 +41,7 @@ def needed(embedder: Embedder, text: str, *, query: bool = False) -> int:
     tokenizes to know: under a tenth of a second for the longest text, where
     embedding it takes seconds.
     """
-    windows = windows_of(embedder, text)
+    windows = embedder.windows(text)
     return 1 if query and windows[0] == text else len(windows)
 
 
@@ -57,11 +52,11 @@ def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndar
     takes it whole) and its windows'; a text longer than the model takes,
     its windows' and their mean.
     """
-    pieces = [windows_of(embedder, text) for text in texts]
+    pieces = [embedder.windows(text) for text in texts]
     # An embedder whose vectors move a little with their batch-mates (the
     # bundled int8 model: one activation scale per run) embeds a whole text
     # on its own, as a query of that text is: the two then agree exactly.
-    alone = not getattr(embedder, "batch_invariant", True)
+    alone = not embedder.batch_invariant
     solo = [alone and len(w) > 1 and w[0] == text for text, w in zip(texts, pieces, strict=True)]
     flat = [w for windows, s in zip(pieces, solo, strict=True) for w in windows[s:]]
     try:
@@ -124,7 +119,7 @@ def _split_point(text: str) -> int:
 
 def query_vector(embedder: Embedder, text: str) -> np.ndarray:
     """One unit vector for a query of any length: its whole text's, or its windows' mean."""
-    windows = windows_of(embedder, text)
+    windows = embedder.windows(text)
     if windows[0] != text:
         return document_vectors(embedder, [text])[0][-1]  # the windows' mean
     try:

@@ -29,13 +29,12 @@ def recommended_threshold(embedder: Embedder, settings: t.Mapping[str, t.Any]) -
 def describe(
     version: str, embedder: Embedder, settings: t.Mapping[str, t.Any], limits: Limits
 ) -> dict[str, t.Any]:
-    max_tokens = getattr(embedder, "max_tokens", None)
     return {
         "version": version,
         "embedder": {
             "model": embedder.model_id,
             "dimensions": embedder.dimensions,
-            "maxTokens": max_tokens,
+            "maxTokens": embedder.max_tokens,
             "recommendedThreshold": recommended_threshold(embedder, settings),
         },
         "defaults": {"threshold": settings["SEARCH_DEFAULT_THRESHOLD"], "limit": 10},

@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from memsvc.embeddings.windows import windows_of
 from tests.support import texts
 from tests.support.fake_provider import FakeProvider
 from tests.support.helpers import CountingEmbedder
@@ -42,8 +41,8 @@ def get_all(client, auth):
 
 
 def test_the_texts_are_what_the_tests_say(local_embedder):
-    assert len(windows_of(local_embedder, CHINESE)) == 1_821
-    four = windows_of(local_embedder, FOUR_CALLS)
+    assert len(local_embedder.windows(CHINESE)) == 1_821
+    four = local_embedder.windows(FOUR_CALLS)
     assert len(four) == 56 and four[0] != FOUR_CALLS  # as a query too: too long to take whole
 
 

@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from memsvc import clock
+from memsvc.embeddings import Embedder
 from tests.support import figures
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
@@ -147,9 +148,9 @@ def test_one_tenants_searches_never_warm_the_query_cache_for_another(app, new_ke
     calls = []
     model = app.extensions["memsvc"].embedder
 
-    class Counting:
+    class Counting(Embedder):
         model_id, dimensions = model.model_id, model.dimensions
-        batch_invariant = getattr(model, "batch_invariant", True)
+        batch_invariant = model.batch_invariant
 
         def windows(self, text):
             return model.windows(text)

@@ -10,6 +10,7 @@ import uuid
 
 import numpy as np
 
+from memsvc.embeddings import Embedder
 from memsvc.embeddings import unit_rows
 
 
@@ -58,7 +59,7 @@ def random_user() -> str:
     return f"user-{uuid.uuid4().hex[:8]}"
 
 
-class TableEmbedder:
+class TableEmbedder(Embedder):
     """Embeds by table lookup, so a test decides every similarity exactly."""
 
     def __init__(self, vectors: dict[str, t.Sequence[float]], dimensions: int):
@@ -75,7 +76,7 @@ class TableEmbedder:
         pass
 
 
-class HashEmbedder:
+class HashEmbedder(Embedder):
     """Embeds any text to a pseudo-random vector seeded by the text."""
 
     def __init__(self, dimensions: int = 16, model_id: str | None = None):
@@ -112,21 +113,25 @@ def maintenance_round(app: t.Any) -> None:
         Maintenance(runtime(), 60).once()
 
 
-class CountingEmbedder:
+class CountingEmbedder(Embedder):
     """A real embedder, counting the texts it is asked to embed (windows included)."""
 
-    def __init__(self, embedder: t.Any):
+    def __init__(self, embedder: Embedder):
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dimensions = embedder.dimensions
+        self.batch_invariant = embedder.batch_invariant
         self.texts = 0
 
-    def __getattr__(self, name: str) -> t.Any:
-        return getattr(self.embedder, name)  # batch_invariant, max_tokens, ...
+    @property
+    def max_tokens(self) -> int | None:
+        return self.embedder.max_tokens
 
     def windows(self, text: str) -> list[str]:
-        cut = getattr(self.embedder, "windows", None)
-        return cut(text) if cut is not None else [text]
+        return self.embedder.windows(text)
+
+    def prepare(self) -> None:
+        self.embedder.prepare()
 
     def embed(self, texts: t.Sequence[str]) -> np.ndarray:
         self.texts += len(texts)

@@ -5,17 +5,19 @@ import threading
 import numpy as np
 import pytest
 
+from memsvc.embeddings import Embedder
 from memsvc.embeddings import InputTooLong
 from memsvc.embeddings.cache import CachedEmbedder
 
 
-class CountingEmbedder:
+class CountingEmbedder(Embedder):
     """The real model, counting the texts it is asked to embed."""
 
     def __init__(self, embedder):
         self.embedder = embedder
         self.model_id = embedder.model_id
         self.dimensions = embedder.dimensions
+        self.batch_invariant = embedder.batch_invariant
         self.calls: list[list[str]] = []
         self.warmed = False
 
@@ -32,11 +34,21 @@ def counting(local_embedder):
     return CountingEmbedder(local_embedder)
 
 
-def test_same_interface_as_the_wrapped_embedder(counting):
+def test_same_interface_as_the_wrapped_embedder(counting, local_embedder):
     cached = CachedEmbedder(counting, 8)
     assert (cached.model_id, cached.dimensions) == ("local:all-MiniLM-L6-v2", 384)
     cached.warm_up()
     assert counting.warmed
+    # And the same capabilities, scoped or not: how it cuts windows, its
+    # batch-mates, its token limit.
+    long = " ".join(f"Sentence {i} of a long memory." for i in range(20))
+    windows = local_embedder.windows(long)
+    assert len(windows) > 1
+    cache = CachedEmbedder(local_embedder, 8)
+    for wrapper in (cache, cache.scoped("tenant")):
+        assert wrapper.batch_invariant is local_embedder.batch_invariant is False
+        assert wrapper.max_tokens == local_embedder.max_tokens == 256
+        assert wrapper.windows(long) == windows
 
 
 def test_a_repeated_text_is_embedded_once(counting, local_embedder):
