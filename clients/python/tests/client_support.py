@@ -1,16 +1,20 @@
-"""Helpers for the client's tests: keys with their ids, request recording, a lossy proxy."""
+"""Helpers for the client's tests: texts, keys with their ids, request recording, a lossy
+proxy, the documents' code blocks."""
 
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 import socket
 import threading
 import typing as t
 
 import httpx
-import requests
+from memsvc_server import Server
 
-from tests.support.servers import Server
+#: The memsvc repository the client lives in: its guide is tested too.
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 # Texts whose similarities with the bundled model put them on either side of
 # the thresholds that matter: the recommended 0.35 and the wire's default 0.7.
@@ -32,7 +36,7 @@ WIRE_DEFAULT = 0.7
 
 def create_key(server: Server, tenant: str) -> tuple[str, str]:
     """A new API key's record id and secret, through keys.create."""
-    resp = requests.post(
+    resp = httpx.post(
         server.trpc + "/keys.create",
         json={"name": "client-tests"},
         headers={"Authorization": f"Bearer {server.token(tenant)}"},
@@ -150,3 +154,24 @@ def refused_url() -> str:
         port = s.getsockname()[1]
     # Bound, then closed without listening: the port is free and refuses.
     return f"http://127.0.0.1:{port}"
+
+
+class Block(t.NamedTuple):
+    """A fenced block of a Markdown document."""
+
+    lang: str
+    code: str
+    #: False for a block right after a ``<!-- not run -->`` line.
+    run: bool
+    line: int
+
+
+def blocks(text: str) -> list[Block]:
+    """A Markdown document's fenced blocks, in order."""
+    out = []
+    for match in re.finditer(r"^```(\w*)\n(.*?)^```\n", text, re.S | re.M):
+        before = text[: match.start()].rstrip().splitlines()
+        skip = bool(before) and before[-1].strip() == "<!-- not run -->"
+        line = text.count("\n", 0, match.start()) + 1
+        out.append(Block(match.group(1), match.group(2), not skip, line))
+    return out

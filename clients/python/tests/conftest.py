@@ -10,9 +10,8 @@ import pytest
 from client_support import DroppingProxy
 from client_support import Recorder
 from memsvc_client import Memsvc
-
-from tests.support.servers import Server
-from tests.support.servers import start_server
+from memsvc_server import Server
+from memsvc_server import start_server
 
 
 @pytest.fixture(autouse=True)

@@ -19,8 +19,7 @@ from memsvc_client import BadRequest
 from memsvc_client import Memory
 from memsvc_client import Memsvc
 from memsvc_client import NotFound
-
-from tests.support.servers import Server
+from memsvc_server import Server
 
 UTC = datetime.UTC
 

@@ -12,14 +12,13 @@ import sys
 import typing as t
 
 import pytest
+from client_support import REPO
+from client_support import blocks
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from memsvc_client import Memsvc
-
-from tests.e2e.test_docs import blocks
-from tests.support.servers import REPO
-from tests.support.servers import Server
+from memsvc_server import Server
 
 pytestmark = pytest.mark.e2e
 

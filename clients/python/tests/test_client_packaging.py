@@ -11,9 +11,8 @@ import sys
 
 import memsvc_client
 import pytest
-
-from tests.e2e.test_docs import blocks
-from tests.support.servers import REPO
+from client_support import REPO
+from client_support import blocks
 
 DOC = REPO / "docs" / "clients.md"
 

@@ -17,12 +17,12 @@ from memsvc_client import AsyncMemsvc
 from memsvc_client import ConnectionFailed
 from memsvc_client import Memsvc
 from memsvc_client import RateLimited
+from memsvc_server import FakeProvider
+from memsvc_server import Server
+from memsvc_server import start_server
 
 from memsvc.limits import Limiter
 from memsvc.limits import Limits
-from tests.support.fake_provider import FakeProvider
-from tests.support.servers import Server
-from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ import dataclasses
 import datetime
 import time
 
+import httpx
 import pytest
-import requests
 from client_support import BEES
 from client_support import BUDGET
 from client_support import PETS
@@ -22,8 +22,7 @@ from memsvc_client import Memory
 from memsvc_client import Memsvc
 from memsvc_client import NotFound
 from memsvc_client import Unauthorized
-
-from tests.support.servers import Server
+from memsvc_server import Server
 
 UTC = datetime.UTC
 
@@ -356,7 +355,7 @@ def test_the_answers_match_what_the_server_sent(
     memsvc: Memsvc, server: Server, api_key: str, user: str
 ) -> None:
     m = memsvc.add(user, "round trip", metadata={"n": 1.5, "nested": {"a": None}})
-    raw = requests.get(
+    raw = httpx.get(
         server.trpc + "/memory.getById",
         params={"input": f'{{"id":"{m.id}"}}'},
         headers={"x-api-key": api_key},

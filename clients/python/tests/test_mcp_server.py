@@ -24,8 +24,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import CallToolResult
 from memsvc_client import Memsvc
-
-from tests.support.servers import Server
+from memsvc_server import Server
 
 pytestmark = pytest.mark.e2e
 
