@@ -7,9 +7,12 @@ import datetime
 import email.utils
 import json
 import logging
+import os
 import random
 import typing as t
+import urllib.parse
 
+from ._version import __version__
 from .errors import ConnectionFailed
 from .errors import MemsvcError
 from .errors import RateLimited
@@ -67,10 +70,35 @@ def mutation(procedure: str, input: Json, *, resend_safe: bool = False) -> Call:
     return Call(procedure, input, mutation=True, resend_safe=resend_safe)
 
 
+USER_AGENT = f"memsvc-client-python/{__version__}"
+
+
 def base_url(url: str) -> str:
     """The tRPC base URL from the server's root URL (a URL already ending in /trpc is kept)."""
     url = url.rstrip("/")
     return url if url.endswith("/trpc") else url + "/trpc"
+
+
+def api_key_from(api_key: str | None) -> str:
+    """The key given, else ``MEMSVC_API_KEY``; an error naming neither value if none."""
+    key = api_key if api_key is not None else os.environ.get("MEMSVC_API_KEY")
+    if not key:
+        raise ValueError("no API key: pass api_key= or set MEMSVC_API_KEY")
+    return key
+
+
+def check_url(url: str) -> str:
+    """The tRPC base URL of a server root URL; refuses what is not http(s)."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError(f"memsvc URL must be http:// or https://, not {url!r}")
+    return base_url(url)
+
+
+def recommended(info: t.Mapping[str, t.Any]) -> float | None:
+    """The deployment's recommended threshold from service.info, if it states one."""
+    value = (info.get("embedder") or {}).get("recommendedThreshold")
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 # -- answers -----------------------------------------------------------------------

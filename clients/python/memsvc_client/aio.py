@@ -1,4 +1,8 @@
-"""The asynchronous client, :class:`AsyncMemsvc`, for asyncio (sleeping and locking via anyio)."""
+"""The asynchronous client, :class:`AsyncMemsvc`, for asyncio (sleeping and locking via anyio).
+
+It is the source of the synchronous client too: ``clients/python/tools/async_to_sync.py``
+writes ``client.py`` from it. Edit this file, then run that script.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,12 @@ import anyio
 import httpx
 
 from . import _core
+from ._core import USER_AGENT
 from ._core import Call
 from ._core import Mode
-from .client import USER_AGENT
-from .client import api_key_from
-from .client import check_url
-from .client import recommended
+from ._core import api_key_from
+from ._core import check_url
+from ._core import recommended
 from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET

@@ -1,9 +1,10 @@
+# Generated from aio.py by clients/python/tools/async_to_sync.py: do not edit.
+# Edit aio.py, then run that script.
 """The synchronous client, :class:`Memsvc`."""
 
 from __future__ import annotations
 
 import datetime
-import os
 import threading
 import time
 import types
@@ -13,38 +14,17 @@ import urllib.parse
 import httpx
 
 from . import _core
+from ._core import USER_AGENT
 from ._core import Call
 from ._core import Mode
-from ._version import __version__
+from ._core import api_key_from
+from ._core import check_url
+from ._core import recommended
 from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET
 from .models import Memory
 from .models import Unset
-
-USER_AGENT = f"memsvc-client-python/{__version__}"
-
-
-def api_key_from(api_key: str | None) -> str:
-    """The key given, else ``MEMSVC_API_KEY``; an error naming neither value if none."""
-    key = api_key if api_key is not None else os.environ.get("MEMSVC_API_KEY")
-    if not key:
-        raise ValueError("no API key: pass api_key= or set MEMSVC_API_KEY")
-    return key
-
-
-def check_url(url: str) -> str:
-    """The tRPC base URL of a server root URL; refuses what is not http(s)."""
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ValueError(f"memsvc URL must be http:// or https://, not {url!r}")
-    return _core.base_url(url)
-
-
-def recommended(info: t.Mapping[str, t.Any]) -> float | None:
-    """The deployment's recommended threshold from service.info, if it states one."""
-    value = (info.get("embedder") or {}).get("recommendedThreshold")
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 class Memsvc:
@@ -112,9 +92,8 @@ class Memsvc:
         dedupe: bool = False,
     ) -> Memory:
         """Store a memory for an end user; with ``dedupe`` an identical one is returned instead."""
-        return Memory.from_wire(
-            self._call(_core.add_call(user_id, content, metadata, expires_at, dedupe))
-        )
+        call = _core.add_call(user_id, content, metadata, expires_at, dedupe)
+        return Memory.from_wire(self._call(call))
 
     def search(
         self,
@@ -205,16 +184,13 @@ class Memsvc:
 
         With ``user_id``, only if the memory is that end user's (else :class:`NotFound`).
         """
-        return Memory.from_wire(
-            self._call(_core.update_call(memory_id, content, metadata, expires_at, user_id))
-        )
+        call = _core.update_call(memory_id, content, metadata, expires_at, user_id)
+        return Memory.from_wire(self._call(call))
 
     def history(self, memory_id: str, *, user_id: str | None = None) -> list[dict[str, t.Any]]:
         """The memory's versions, oldest first, as the server gives them."""
-        return t.cast(
-            list[dict[str, t.Any]],
-            self._call(Call("memory.history", _core.by_id(memory_id, user_id))),
-        )
+        answer = self._call(Call("memory.history", _core.by_id(memory_id, user_id)))
+        return t.cast(list[dict[str, t.Any]], answer)
 
     def delete(self, memory_id: str, *, user_id: str | None = None) -> None:
         """Delete a memory for good (with ``user_id``: only if it is that end user's)."""
