@@ -59,7 +59,12 @@ class Explain:
     @classmethod
     def from_wire(cls, data: t.Mapping[str, t.Any]) -> Explain:
         """An Explain from the JSON object of a result's ``explain``."""
-        return cls(data["cosine"], data["keyword"], data["score"])
+        keyword = data["keyword"]
+        return cls(
+            float(data["cosine"]),
+            float(keyword) if keyword is not None else None,
+            float(data["score"]),
+        )
 
     def to_dict(self) -> dict[str, t.Any]:
         """The wire's ``explain`` object."""
@@ -92,6 +97,7 @@ class Memory:
         expires = data.get("expiresAt")
         matched = data.get("matchedBy")
         explain = data.get("explain")
+        similarity = data.get("similarity")
         memory = object.__new__(cls)
         # A frozen dataclass's __init__ sets each field through
         # object.__setattr__, which was most of the client's cost per memory
@@ -105,7 +111,8 @@ class Memory:
             # Usually equal to createdAt: parse once.
             updated_at=created_at if updated == created else parse_time(updated),
             expires_at=parse_time(expires) if expires is not None else None,
-            similarity=data.get("similarity"),
+            # The wire writes a whole number without a point (1, not 1.0).
+            similarity=float(similarity) if similarity is not None else None,
             matched_by=tuple(matched) if matched is not None else None,
             explain=Explain.from_wire(explain) if explain is not None else None,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import time
 
 import httpx
@@ -300,6 +301,24 @@ def test_errors_are_typed_with_code_status_path_and_message(
         stranger.get_all(user)
     assert (unauthorized.value.code, unauthorized.value.http_status) == ("UNAUTHORIZED", 401)
     assert unauthorized.value.path == "memory.getAll"
+
+
+def test_a_search_repeating_a_memory_has_similarity_1_as_a_float(
+    memsvc: Memsvc, server: Server, api_key: str, user: str
+) -> None:
+    text = "Grace waters the ferns every Sunday"
+    memsvc.add(user, text)
+    query = json.dumps({"userId": user, "query": text, "mode": "semantic", "threshold": 0.5})
+    raw = httpx.get(
+        server.trpc + "/memory.search",
+        params={"input": query},
+        headers={"x-api-key": api_key},
+        timeout=30,
+    ).json()["result"]["data"]
+    assert raw[0]["similarity"] == 1 and type(raw[0]["similarity"]) is int  # the wire's `1`
+    (found,) = memsvc.search(user, text, mode="semantic", threshold=0.5, explain=True)
+    assert found.similarity == 1.0 and type(found.similarity) is float
+    assert found.explain is not None and type(found.explain.cosine) is float
 
 
 def test_another_tenants_memory_is_not_found(server: Server, memsvc: Memsvc, user: str) -> None:

@@ -49,6 +49,19 @@ def test_from_wire_sets_every_field() -> None:
     }
 
 
+def test_whole_numbers_on_the_wire_are_floats_in_python() -> None:
+    # memsvc writes a similarity of exactly 1 as `1`, as JSON.stringify does.
+    m = Memory.from_wire(
+        {**WIRE, "similarity": 1, "explain": {"cosine": 1, "keyword": 1, "score": 1}}
+    )
+    assert m.similarity == 1.0 and type(m.similarity) is float
+    assert m.explain is not None
+    assert all(type(v) is float for v in (m.explain.cosine, m.explain.keyword, m.explain.score))
+    assert Memory.from_wire({**WIRE, "similarity": 0}).similarity == 0.0
+    assert type(Memory.from_wire({**WIRE, "similarity": 0}).similarity) is float
+    assert Memory.from_wire({k: v for k, v in WIRE.items() if k != "similarity"}).similarity is None
+
+
 def test_format_time_is_the_wires_and_refuses_naive_datetimes() -> None:
     plus_two = datetime.timezone(datetime.timedelta(hours=2))
     assert format_time(datetime.datetime(2026, 1, 2, 5, 4, 5, 678999, tzinfo=plus_two)) == (
