@@ -159,6 +159,25 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds())
 
 
+def as_error_of(err: MemsvcError, procedure: str) -> MemsvcError:
+    """``err``, from a call the client made on its own for the caller's ``procedure``, as hers.
+
+    A search without a threshold first asks service.info for the recommended
+    one: a wrong key is then a 401 on ``memory.search``, the call made, and
+    not on a procedure the caller never called.
+    """
+    if isinstance(err, ConnectionFailed):
+        # Whatever became of the client's own call, the caller's was not sent.
+        return ConnectionFailed(err.message, path=procedure, request_sent=False)
+    return type(err)(
+        err.message,
+        code=err.code,
+        http_status=err.http_status,
+        path=procedure,
+        retry_after=err.retry_after,
+    )
+
+
 def connection_failed(call: Call, exc: Exception, *, request_sent: bool) -> ConnectionFailed:
     """The typed error for a call that got no answer."""
     detail = str(exc) or type(exc).__name__

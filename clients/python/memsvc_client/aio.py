@@ -120,7 +120,7 @@ class AsyncMemsvc:
         """
         mode = self._default_mode if mode is None else mode
         if threshold is None and _core.floor_by_default(mode):
-            threshold = await self._default_threshold()
+            threshold = await self._default_threshold("memory.search")
         call = _core.search_call(
             user_id, query, limit, threshold, filter, mode, explain, created_after, created_before
         )
@@ -214,7 +214,11 @@ class AsyncMemsvc:
 
     # -- internals ---------------------------------------------------------------
 
-    async def _default_threshold(self) -> float | None:
+    async def _default_threshold(self, procedure: str) -> float | None:
+        """The deployment's recommended threshold, for the caller's ``procedure``.
+
+        Asked of service.info once; a failure to ask is ``procedure``'s error.
+        """
         if isinstance(self._recommended, Unset):
             if self._lock is None:
                 self._lock = anyio.Lock()
@@ -224,6 +228,8 @@ class AsyncMemsvc:
                         await self.info()
                     except NotFound:
                         self._recommended = None  # a server without service.info
+                    except MemsvcError as err:
+                        raise _core.as_error_of(err, procedure) from None
         assert not isinstance(self._recommended, Unset)
         return self._recommended
 

@@ -118,7 +118,7 @@ class Memsvc:
         """
         mode = self._default_mode if mode is None else mode
         if threshold is None and _core.floor_by_default(mode):
-            threshold = self._default_threshold()
+            threshold = self._default_threshold("memory.search")
         call = _core.search_call(
             user_id, query, limit, threshold, filter, mode, explain, created_after, created_before
         )
@@ -209,7 +209,11 @@ class Memsvc:
 
     # -- internals ---------------------------------------------------------------
 
-    def _default_threshold(self) -> float | None:
+    def _default_threshold(self, procedure: str) -> float | None:
+        """The deployment's recommended threshold, for the caller's ``procedure``.
+
+        Asked of service.info once; a failure to ask is ``procedure``'s error.
+        """
         if isinstance(self._recommended, Unset):
             with self._lock:  # one service.info for all the threads that get here
                 if isinstance(self._recommended, Unset):
@@ -217,6 +221,8 @@ class Memsvc:
                         self.info()
                     except NotFound:
                         self._recommended = None  # a server without service.info
+                    except MemsvcError as err:
+                        raise _core.as_error_of(err, procedure) from None
         assert not isinstance(self._recommended, Unset)
         return self._recommended
 

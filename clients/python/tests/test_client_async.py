@@ -19,6 +19,7 @@ from memsvc_client import BadRequest
 from memsvc_client import Memory
 from memsvc_client import Memsvc
 from memsvc_client import NotFound
+from memsvc_client import Unauthorized
 from memsvc_server import Server
 
 UTC = datetime.UTC
@@ -113,6 +114,21 @@ def test_iter_all_across_pages_equals_get_all_order(
     everything, iterated = run(scenario())
     assert len(everything) == 10 and iterated == everything
     assert recorder.procedures() == ["memory.getAll"] * 3  # 4 + 4 + 2
+
+
+def test_a_wrong_key_fails_the_search_not_service_info(server: Server, user: str) -> None:
+    async def scenario() -> None:
+        async with AsyncMemsvc(server.url, api_key="sk_memsvc_" + "0" * 64) as stranger:
+            with pytest.raises(Unauthorized) as refused:
+                await stranger.search(user, "anything")
+            e = refused.value
+            assert (e.code, e.http_status, e.path) == ("UNAUTHORIZED", 401, "memory.search")
+            assert str(e).startswith("UNAUTHORIZED 401 on memory.search: ")
+            # Not remembered as "no recommendation": the next search asks again.
+            with pytest.raises(Unauthorized, match="on memory.search"):
+                await stranger.search(user, "anything")
+
+    run(scenario())
 
 
 def test_threshold_none_asks_service_info_once(

@@ -164,6 +164,17 @@ def test_connection_refused_is_retried_a_bounded_number_of_times(
     assert len(retries_logged(caplog, "CONNECTION_FAILED")) == 1
 
 
+def test_a_search_that_could_not_ask_service_info_fails_as_a_search() -> None:
+    # The recommended threshold is asked first; no answer to that is the
+    # search's failure, and the search itself was never sent.
+    with Memsvc(refused_url(), api_key="sk_memsvc_x", max_retries=0) as memsvc:
+        with pytest.raises(ConnectionFailed) as failed:
+            memsvc.search("u", "anything")
+    e = failed.value
+    assert (e.path, e.request_sent) == ("memory.search", False)
+    assert str(e).startswith("CONNECTION_FAILED on memory.search: no answer from memsvc")
+
+
 def test_a_write_whose_answer_was_lost_is_not_sent_again(
     server: Server, api_key: str, user: str, dropping_proxy: t.Callable[[int], DroppingProxy]
 ) -> None:

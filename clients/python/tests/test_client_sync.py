@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import json
 import time
+import typing as t
 
 import httpx
 import pytest
@@ -319,6 +320,25 @@ def test_a_search_repeating_a_memory_has_similarity_1_as_a_float(
     (found,) = memsvc.search(user, text, mode="semantic", threshold=0.5, explain=True)
     assert found.similarity == 1.0 and type(found.similarity) is float
     assert found.explain is not None and type(found.explain.cosine) is float
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_a_wrong_key_fails_the_search_not_service_info(
+    server: Server, user: str, recorder: Recorder, mode: t.Any
+) -> None:
+    # A search without a threshold first asks service.info for the recommended
+    # one (not in keyword mode): its 401 is the search's error all the same.
+    wrong = "sk_memsvc_" + "0" * 64
+    with (
+        Memsvc(server.url, api_key=wrong, http_client=recorder.client()) as stranger,
+        pytest.raises(Unauthorized) as refused,
+    ):
+        stranger.search(user, "anything", mode=mode)
+    e = refused.value
+    assert (e.code, e.http_status, e.path) == ("UNAUTHORIZED", 401, "memory.search")
+    assert str(e).startswith("UNAUTHORIZED 401 on memory.search: ") and wrong not in str(e)
+    asked = ["memory.search"] if mode == "keyword" else ["service.info"]
+    assert recorder.procedures() == asked
 
 
 def test_another_tenants_memory_is_not_found(server: Server, memsvc: Memsvc, user: str) -> None:
