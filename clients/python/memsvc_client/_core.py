@@ -215,14 +215,21 @@ class RetryPolicy:
         return None
 
     def log(self, call: Call, attempt: int, err: MemsvcError, wait: float) -> None:
-        """Say that a call is being retried (never with its headers: they hold the key)."""
-        logger.info(
-            "%s failed (%s); retry %d of %d in %.2fs",
+        """Warn that a call waits before it is sent again: for how long, and why.
+
+        A warning, so that it shows without any logging set up: a call that
+        takes a minute because the key is at its rate limit must not look
+        like a hung server. Never with the call's headers: they hold the key.
+        """
+        logger.warning(
+            "%s failed (%s): %s; waiting %.2fs (%s) before retry %d of %d",
             call.procedure,
             err.code,
+            err.message,
+            wait,
+            "the server's Retry-After" if err.retry_after is not None else "backoff",
             attempt + 1,
             self.max_retries,
-            wait,
         )
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import select
+import subprocess
+import sys
 import threading
 import time
 import typing as t
@@ -104,6 +108,80 @@ def test_a_key_at_its_rate_limit_waits_and_every_write_lands(
         assert time.monotonic() - started < 2
     with Memsvc(limited.url, api_key=counter) as memsvc:
         assert len(memsvc.get_all("u")) == 5
+
+
+@pytest.fixture
+def one_call_a_minute(server: Server) -> str:
+    """A key of its own limited to one call a minute, with ``memsvc keys set-limits``."""
+    key_id, key = create_key(server, "acme")
+    server.set_limits(key_id, per_minute=1)
+    return key
+
+
+WAIT_WARNING = re.compile(
+    r"^memory\.getAll failed \(TOO_MANY_REQUESTS\): Rate limit exceeded: 1 requests per minute; "
+    r"waiting (\d+\.\d\d)s \(the server's Retry-After\) before retry 1 of 3$"
+)
+
+
+def test_waiting_out_a_429_is_a_warning_saying_how_long_and_why(
+    server: Server, one_call_a_minute: str, tmp_path: t.Any
+) -> None:
+    # As a user runs it, logging not configured: Python prints warnings (and
+    # only them) on stderr. The second call is refused for about a minute;
+    # the warning comes as the wait begins, not after it.
+    script = f"""
+from memsvc_client import Memsvc
+with Memsvc({server.url!r}, api_key={one_call_a_minute!r}) as memsvc:
+    memsvc.get_all("u")
+    print("first call answered", flush=True)
+    memsvc.get_all("u")
+"""
+    started = time.monotonic()
+    with subprocess.Popen(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline() == "first call answered\n"
+            ready, _, _ = select.select([proc.stderr], [], [], 20)
+            assert ready, "nothing on stderr: the client is waiting silently"
+            line = proc.stderr.readline().rstrip("\n")
+            elapsed = time.monotonic() - started
+            assert proc.poll() is None  # still waiting
+        finally:
+            proc.kill()
+    found = WAIT_WARNING.match(line)
+    assert found, line
+    assert 50 <= float(found.group(1)) <= 60 and elapsed < 20
+    assert one_call_a_minute not in line
+
+
+def test_the_async_client_warns_too_each_time_it_waits(
+    server: Server, one_call_a_minute: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="memsvc_client")
+
+    async def scenario() -> None:
+        async with AsyncMemsvc(server.url, api_key=one_call_a_minute) as memsvc:
+            await memsvc.get_all("u")
+            waiting = asyncio.create_task(memsvc.get_all("u"))
+            for _ in range(200):  # up to 20 s
+                if caplog.records:
+                    break
+                await asyncio.sleep(0.1)
+            waiting.cancel()  # not a minute more: the wait is what is tested
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+
+    asyncio.run(scenario())
+    assert [r.levelno for r in caplog.records] == [logging.WARNING], caplog.records
+    found = WAIT_WARNING.match(caplog.records[0].getMessage())
+    assert found, caplog.records[0].getMessage()
 
 
 def test_a_503_from_a_busy_provider_is_waited_out(
