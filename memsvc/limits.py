@@ -3,12 +3,15 @@
 Two limits per API key:
 
 * **rate**: at most N accepted calls in any rolling 60 seconds. Each key
-  keeps a ring of the times of its last N accepted calls; a call is
-  accepted only if the oldest of them is 60 s old or more. That is exact:
-  no 60-second window, wherever it starts, ever holds more than N. A call
-  that costs more (a long text to embed) counts as several: :meth:`Limiter.charge`
-  records its extra units once its cost is known, as as many entries of
-  the ring, if they fit.
+  keeps a ring of the times of its last accepted calls, at least N of them;
+  a call is accepted only if the N-th most recent is 60 s old or more. That
+  is exact: no 60-second window, wherever it starts, ever holds more than
+  N. A call that costs more (a long text to embed) counts as several:
+  :meth:`Limiter.charge` records its extra units once its cost is known, as
+  as many entries of the ring, if they fit. When a key's limit is lowered,
+  its ring keeps every call still in the window (it never shrinks below
+  them), so raising the limit again within the minute lets through exactly
+  what the new limit leaves room for.
 * **concurrency**: at most M calls executing at once. Each executing call
   holds an entry (process id, call token, expiry) until it is answered.
   An entry of a process that died, or past its expiry, no longer counts, so
@@ -44,7 +47,9 @@ MAX_CONCURRENT = 10_000
 
 _MAGIC = 0x4D454D5356434C4D  # "MEMSVCLM"
 # A key's file: a header of four int64 (magic, rate capacity, concurrency
-# capacity, ring head), the ring of accepted-call times (int64 ms, 0 = none),
+# capacity, ring head), the ring of accepted-call times (int64 ms, 0 = none;
+# its capacity is at least the key's limit, more when the limit was lowered
+# while more calls than the new limit were in the window),
 # then the concurrency slots (pid, token, expiry ms; pid 0 = free). Files
 # only ever grow, so a process still mapping an older, shorter layout never
 # touches memory beyond the end of the file.
@@ -136,14 +141,21 @@ class _KeyState:
         assert self.words is not None
         self.words[3] = value
 
-    def rebuild(self, rate_cap: int, conc_cap: int, keep: bool) -> None:
-        """Lay the file out for new capacities, keeping recent history if ``keep``."""
+    def rebuild(self, rate_cap: int, conc_cap: int, keep: bool, now: int) -> None:
+        """Lay the file out for new capacities, keeping recent history if ``keep``.
+
+        The ring keeps every call still in the window at ``now``, however
+        many more than ``rate_cap`` they are: a lowered limit refuses calls
+        until enough have left, and one raised again still counts them all.
+        """
         times = np.empty(0, dtype=np.int64)
         slots = np.empty((0, _SLOT_WORDS), dtype=np.int64)
         if keep:
             times = np.roll(self.ring, -self.head)  # oldest first
             times = times[times != 0].copy()
             slots = self.slots[self.slots[:, 0] != 0].copy()
+            in_window = int(np.count_nonzero(now - times < WINDOW_MS))
+            rate_cap = max(rate_cap, in_window)
         times = times[-rate_cap:]
         conc_cap = max(conc_cap, len(slots))
         needed = _HEADER_WORDS + rate_cap + _SLOT_WORDS * conc_cap
@@ -293,12 +305,15 @@ class Limiter:
         """Make the key's layout fit ``limits``, keeping its history when it can."""
         rate_cap, conc_cap = max(limits.per_minute, 1), max(limits.concurrent, 1)
         if not state.load():
-            state.rebuild(rate_cap, conc_cap, keep=False)
+            state.rebuild(rate_cap, conc_cap, keep=False, now=now)
         elif state.ring[state.head - 1] > now + 1000:
             # Times from before a reboot: the monotonic clock restarted.
-            state.rebuild(rate_cap, conc_cap, keep=False)
-        elif len(state.ring) != rate_cap or len(state.slots) < conc_cap:
-            state.rebuild(rate_cap, conc_cap, keep=True)
+            state.rebuild(rate_cap, conc_cap, keep=False, now=now)
+        elif len(state.ring) < rate_cap or len(state.slots) < conc_cap:
+            # A ring longer than the limit is kept as it is: it may hold
+            # calls still in the window beyond the limit's N, and the
+            # checks read the N-th most recent wherever the ring ends.
+            state.rebuild(rate_cap, conc_cap, keep=True, now=now)
 
 
 def check_units(units: int, limits: Limits) -> None:
@@ -312,15 +327,17 @@ def check_units(units: int, limits: Limits) -> None:
 def _check_rate(state: _KeyState, limits: Limits, units: int, retry_units: int, now: int) -> None:
     """Raise :class:`Refused` unless ``units`` more calls fit in the key's window.
 
-    The ring holds the times of the key's last N calls, oldest first from
-    its head: ``units`` more fit when the ``units``-th oldest has left the
-    window (or was never made). ``retry_after`` says when ``retry_units``
-    more would fit.
+    The ring holds the times of the key's last calls (at least N of them),
+    oldest first from its head, so its ``k``-th most recent is at ``head -
+    k``: ``units`` more fit when the ``(N - units + 1)``-th most recent has
+    left the window (or was never made). ``retry_after`` says when
+    ``retry_units`` more would fit. Recording them then overwrites the
+    oldest entries, which are older still: nothing in the window is lost.
     """
-    ring, head = state.ring, state.head
-    if not _in_window(int(ring[(head + units - 1) % len(ring)]), now):
+    ring, head, n = state.ring, state.head, limits.per_minute
+    if not _in_window(int(ring[(head - n + units - 1) % len(ring)]), now):
         return
-    leaves = int(ring[(head + retry_units - 1) % len(ring)]) + WINDOW_MS
+    leaves = int(ring[(head - n + retry_units - 1) % len(ring)]) + WINDOW_MS
     raise Refused(
         f"Rate limit exceeded: {limits.per_minute} requests per minute",
         max(1, math.ceil((leaves - now) / 1000)),

@@ -164,6 +164,42 @@ def test_changing_a_keys_limits_keeps_its_recent_calls(limiter, clock):
     assert admit(limiter, Limits(3, 0)) != "refused"
 
 
+def test_lowering_a_limit_and_raising_it_again_forgets_no_call(limiter, clock):
+    start = clock.now
+    for _ in range(100):
+        clock.now += 1
+        assert admit(limiter, Limits(100, 0)) != "refused"
+    assert admit(limiter, Limits(10, 0)) == "refused"
+    # Raised again within the minute: the 100 calls still fill it.
+    assert admit(limiter, Limits(100, 0)) == "refused"
+    clock.now = start + 30 * S
+    assert admit(limiter, Limits(50, 0)) == "refused"
+    assert admit(limiter, Limits(100, 0)) == "refused"
+    assert [admit(limiter, Limits(105, 0)) != "refused" for _ in range(6)] == [True] * 5 + [False]
+    # The first hundred have left the window; the five of 30 s are in it.
+    clock.now = start + 60 * S + 100
+    assert [admit(limiter, Limits(10, 0)) != "refused" for _ in range(6)] == [True] * 5 + [False]
+    assert [admit(limiter, Limits(100, 0)) != "refused" for _ in range(91)] == [True] * 90 + [False]
+
+
+def test_no_window_holds_more_than_the_limit_in_force_when_limits_keep_changing(limiter, clock):
+    # Each accepted unit, at its time, was within the limit then in force:
+    # counting it, the 60 s up to it held no more than that limit.
+    rng = random.Random(11)
+    accepted: list[tuple[int, int, int]] = []  # (time, units counted, the limit then)
+    for _ in range(700):
+        clock.now += rng.randint(20, 600)
+        limits = Limits(rng.choice([3, 10, 10, 40, 100]), 0)
+        units = min(rng.choice([1, 1, 1, 1, 2, 3]), limits.per_minute)
+        answer = call_costing(limiter, limits, units)
+        if answer != "refused":
+            accepted.append((clock.now, units if answer == "ok" else 1, limits.per_minute))
+    for t, _, limit in accepted:
+        held = sum(u for x, u, _ in accepted if t - 60 * S < x <= t)
+        assert held <= limit, (t, held, limit)
+    assert len(accepted) >= 100  # and calls do get through
+
+
 # -- calls that cost more than one ---------------------------------------------------
 
 
