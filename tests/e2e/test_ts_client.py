@@ -1,7 +1,10 @@
 """The TypeScript package clients/ts: its types, its examples, against real gunicorn.
 
 The examples are compiled with ``tsc --strict`` and run with node; one with a
-misspelt field must not compile. The package's types are generated from
+misspelt field must not compile. The quick start also compiles, unchanged, in
+a new project made as docs/clients.md says (``npm init -y``, TypeScript and
+Node's types from npm, ``tsc --init``'s settings), with the package packed
+from clients/ts. The package's types are generated from
 GET /openapi.json, and the committed ones must be what the current server's
 document gives. Everything comes from ``npm ci`` (``make test`` runs it).
 """
@@ -239,6 +242,104 @@ def test_refused_calls_are_retried_after_retry_after_and_every_write_lands(serve
     assert refused > 0  # the limit was met, and waited out
 
 
+def doc_block(text: str, lang: str, containing: str) -> str:
+    """The one ``lang`` block of a document that contains ``containing``."""
+    (block,) = [
+        code
+        for kind, code in re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+        if kind == lang and containing in code
+    ]
+    return block
+
+
+# Packages from npm's cache where it has them, else from the registry.
+NPM_ENV = {
+    "npm_config_prefer_offline": "true",
+    "npm_config_audit": "false",
+    "npm_config_fund": "false",
+    "npm_config_update_notifier": "false",
+}
+
+
+@pytest.fixture(scope="module")
+def new_project(tmp_path_factory):
+    """A project made as docs/clients.md says, the package packed from clients/ts."""
+    if shutil.which("npm") is None or shutil.which("npx") is None:
+        pytest.fail("needs node and npm: run `make test`, which installs the rest")
+    packed = tmp_path_factory.mktemp("ts-package")
+    result = subprocess.run(
+        ["npm", "pack", "--pack-destination", str(packed)],
+        cwd=PACKAGE,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    (tarball,) = packed.glob("memsvc-client-*.tgz")
+    setup = doc_block((REPO / "docs" / "clients.md").read_text(), "sh", "npx tsc --init")
+    placeholder = "./path/to/memsvc-client-0.2.0.tgz"
+    assert placeholder in setup and "npm init -y" in setup
+    project = tmp_path_factory.mktemp("ts-project") / "memsvc-quickstart"
+    project.mkdir()
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", setup.replace(placeholder, str(tarball))],
+        cwd=project,
+        env={**os.environ, **NPM_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return project
+
+
+def test_a_new_project_gets_tsc_inits_strict_settings(new_project):
+    package = json.loads((new_project / "package.json").read_text())
+    assert package["type"] == "module"
+    assert set(package["devDependencies"]) == {"typescript", "@types/node"}
+    assert list(package["dependencies"]) == ["memsvc-client"]
+    config = (new_project / "tsconfig.json").read_text()
+    for setting in ['"strict": true', '"exactOptionalPropertyTypes": true', '"types": ["node"]']:
+        assert setting in config, config
+
+
+def test_the_quickstart_compiles_unchanged_in_a_new_project_and_runs(server, new_project):
+    (new_project / "quickstart.ts").write_text((PACKAGE / "examples" / "quickstart.ts").read_text())
+    readme = doc_block((PACKAGE / "README.md").read_text(), "ts", "createMemsvcClient")
+    (new_project / "readme.ts").write_text(readme.replace("http://127.0.0.1:8000", server.url))
+    docs = (REPO / "docs" / "clients.md").read_text()
+    command = doc_block(docs, "sh", "node quickstart.js").strip()
+    assert command == "npx tsc && MEMSVC_API_KEY=$KEY node quickstart.js"
+    env = {
+        **os.environ,
+        **NPM_ENV,
+        "KEY": server.create_key("tenant-N", "new project"),
+        "MEMSVC_URL": server.url,
+    }
+    result = subprocess.run(
+        ["bash", "-c", command],
+        cwd=new_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.fullmatch(r"\[ 'Carol likes jazz \((0\.\d\d)\)' \]\nNOT_FOUND 404\n", result.stdout)
+    assert match, result.stdout + result.stderr
+    assert RECOMMENDED <= float(match.group(1)) < WIRE_DEFAULT
+    env["MEMSVC_API_KEY"] = env["KEY"]
+    out = subprocess.run(
+        ["node", "readme.js"],
+        cwd=new_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.stdout == "[ 'Carol likes jazz' ]\n", out.stdout + out.stderr
+
+
 def test_the_docs_show_the_quickstart_as_compiled():
     docs = (REPO / "docs" / "clients.md").read_text()
     example = (PACKAGE / "examples" / "quickstart.ts").read_text()
@@ -280,5 +381,5 @@ def test_a_change_in_the_document_changes_the_types(document, tmp_path):
     saved.write_text(json.dumps(changed))
     run("scripts/generate.mjs", saved, tmp_path / "generated.ts")
     generated = (tmp_path / "generated.ts").read_text()
-    assert 'mode?: "semantic" | "keyword" | "hybrid";' in generated
+    assert 'mode?: "semantic" | "keyword" | "hybrid" | undefined;' in generated
     assert generated != (PACKAGE / "src" / "generated.ts").read_text()

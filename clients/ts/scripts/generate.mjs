@@ -72,13 +72,19 @@ function comment(lines, pad = "") {
   return `${pad}/**\n${text.map((l) => `${pad} * ${l}`.trimEnd()).join("\n")}\n${pad} */\n`;
 }
 
+// Whether the types being written describe a procedure's input: an optional
+// field of an input also takes \`undefined\`, which JSON leaves out, so that
+// \`{ limit: options.limit }\` compiles under exactOptionalPropertyTypes.
+let describingInput = false;
+
 function objectType(schema, pad) {
   const required = new Set(schema.required ?? []);
   const lines = [];
   for (const [name, prop] of Object.entries(schema.properties ?? {})) {
     const key = IDENTIFIER.test(name) ? name : JSON.stringify(name);
     const optional = required.has(name) ? "" : "?";
-    lines.push(comment(notes(prop), pad + "  ") + `${pad}  ${key}${optional}: ${type(prop, pad + "  ")};`);
+    const orUndefined = optional && describingInput ? " | undefined" : "";
+    lines.push(comment(notes(prop), pad + "  ") + `${pad}  ${key}${optional}: ${type(prop, pad + "  ")}${orUndefined};`);
   }
   const extra = schema.additionalProperties;
   // Absent or false: exactly these fields, so TypeScript flags a misspelt one.
@@ -112,6 +118,7 @@ function type(schema, pad = "") {
 }
 
 function declaration(name, schema) {
+  describingInput = inputSchemas.has(name);
   const body = type(schema);
   const doc = comment(notes(schema));
   if (body.startsWith("{") && !(schema.anyOf || schema.oneOf || Array.isArray(schema.type))) {
@@ -137,6 +144,21 @@ for (const methods of Object.values(doc.paths)) {
 }
 procedures.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
 
+// The components that procedures' inputs are made of, directly or through others.
+const inputSchemas = new Set();
+function collectInputs(schema) {
+  if (Array.isArray(schema)) return schema.forEach(collectInputs);
+  if (!schema || typeof schema !== "object") return;
+  if (typeof schema.$ref === "string") {
+    const name = refName(schema.$ref);
+    if (inputSchemas.has(name)) return;
+    inputSchemas.add(name);
+    return collectInputs(doc.components.schemas[name]);
+  }
+  Object.values(schema).forEach(collectInputs);
+}
+procedures.forEach((proc) => collectInputs(proc.input));
+
 const tree = {};
 for (const proc of procedures) {
   const parts = proc.path.split(".");
@@ -149,6 +171,7 @@ function routerCode(node, pad) {
   const lines = Object.entries(node).map(([name, child]) => {
     const key = IDENTIFIER.test(name) ? name : JSON.stringify(name);
     if (!child.kind) return `${pad}  ${key}: t.router(${routerCode(child, pad + "  ")}),`;
+    describingInput = true;
     const input = child.input ? `.input(is<${indent(type(child.input, pad + "  "), "")}>())` : "";
     return `${pad}  ${key}: t.procedure${input}.${child.kind}(served<${type(child.output, pad + "  ")}>()),`;
   });

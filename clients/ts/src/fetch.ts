@@ -38,10 +38,18 @@ function numericCode(envelope: unknown): unknown {
 /** How the adapter retries. */
 export interface RetryOptions {
   /** Retries of one request at most (0: none). Default: 3. */
-  maxRetries?: number;
+  maxRetries?: number | undefined;
   /** A Retry-After longer than this many seconds is not waited for. Default: 60. */
-  maxRetryWait?: number;
+  maxRetryWait?: number | undefined;
 }
+
+/**
+ * What a fetch given to @trpc/client's links is called with: RequestInit's
+ * fields, any of which may be undefined (the links' \`signal\` is, where
+ * RequestInit's is null), so the fetcher fits a link's \`fetch\` under
+ * exactOptionalPropertyTypes too.
+ */
+export type FetchInit = { [K in keyof RequestInit]?: RequestInit[K] | undefined };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -69,7 +77,7 @@ export function retryAfterSeconds(value: string | null): number | undefined {
 export function memsvcFetcher(
   inner: typeof fetch = globalThis.fetch,
   retry: RetryOptions = {},
-): (url: string | URL | Request, init?: RequestInit) => Promise<Response> {
+): (url: string | URL | Request, init?: FetchInit) => Promise<Response> {
   const maxRetries = retry.maxRetries ?? 3;
   const maxRetryWait = retry.maxRetryWait ?? 60;
   return async (url, init) => {
@@ -77,7 +85,8 @@ export function memsvcFetcher(
     let response: Response;
     for (let attempt = 0; ; attempt++) {
       try {
-        response = await inner(url, init);
+        // Fields given as undefined are fields left out, to fetch as to the links.
+        response = await inner(url, init as RequestInit | undefined);
       } catch (err) {
         if (!isQuery || attempt >= maxRetries) throw err;
         await sleep(250 * 2 ** attempt * (0.5 + Math.random()));

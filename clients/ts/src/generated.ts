@@ -14,14 +14,14 @@ export interface AddMemoryInput {
    */
   metadata?: {
     [key: string]: unknown;
-  };
+  } | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), in the future; e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  expiresAt?: string | null;
+  expiresAt?: string | null | undefined;
   /** @default false */
-  dedupe?: boolean;
+  dedupe?: boolean | undefined;
 }
 
 export interface ApiKey {
@@ -132,24 +132,24 @@ export type FilterCondition = string | number | boolean | null | unknown[] | {
 export interface GetAllInput {
   /** 1 to 256 characters. */
   userId: string;
-  filter?: Filter | null;
+  filter?: Filter | null | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  createdAfter?: string | null;
+  createdAfter?: string | null | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  createdBefore?: string | null;
+  createdBefore?: string | null | undefined;
   /**
    * 1 to 1000.
    * @default 100
    */
-  limit?: number;
+  limit?: number | undefined;
   /** format: uuid. */
-  cursor?: string | null;
+  cursor?: string | null | undefined;
 }
 
 export interface Health {
@@ -196,7 +196,7 @@ export interface MemoryIdInput {
   /** format: uuid. */
   id: string;
   /** 1 to 256 characters. */
-  userId?: string | null;
+  userId?: string | null | undefined;
 }
 
 export interface MemoryVersion {
@@ -217,36 +217,36 @@ export interface MemoryVersion {
 export interface SearchInput {
   /** 1 to 256 characters. */
   userId: string;
-  filter?: Filter | null;
+  filter?: Filter | null | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  createdAfter?: string | null;
+  createdAfter?: string | null | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  createdBefore?: string | null;
+  createdBefore?: string | null | undefined;
   /** 1 to 65536 characters. */
   query: string;
   /** @default "semantic" */
-  mode?: "semantic" | "keyword" | "hybrid";
+  mode?: "semantic" | "keyword" | "hybrid" | undefined;
   /**
    * 1 to 100.
    * @default 10
    */
-  limit?: number;
+  limit?: number | undefined;
   /**
    * A floor on each result's cosine similarity, in every mode. Omitted: the server's default threshold in semantic and hybrid mode (service.info's defaults.threshold), no floor in keyword mode.
    * 0 to 1.
    */
-  threshold?: number;
+  threshold?: number | undefined;
   /**
    * Also answer, per result, why it ranked where it did.
    * @default false
    */
-  explain?: boolean;
+  explain?: boolean | undefined;
 }
 
 export interface SearchResult {
@@ -339,18 +339,18 @@ export interface UpdateInput {
   /** format: uuid. */
   id: string;
   /** 1 to 256 characters. */
-  userId?: string | null;
+  userId?: string | null | undefined;
   /** 1 to 65536 characters. */
-  content?: string;
+  content?: string | undefined;
   /** Any JSON object, up to 65536 bytes as compact JSON and 32 levels deep. */
   metadata?: {
     [key: string]: unknown;
-  } | null;
+  } | null | undefined;
   /**
    * ISO 8601 with its zone (Z or an offset such as +02:00), in the future; e.g. 2026-11-23T10:00:00Z.
    * format: date-time.
    */
-  expiresAt?: string | null;
+  expiresAt?: string | null | undefined;
 }
 
 export interface UserInput {

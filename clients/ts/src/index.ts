@@ -10,7 +10,7 @@ import type { SearchMode } from "./search.js";
 
 export { TRPCClientError, isTRPCClientError } from "@trpc/client";
 export { TRPC_CODES, memsvcFetch, memsvcFetcher, retryAfterSeconds } from "./fetch.js";
-export type { RetryOptions } from "./fetch.js";
+export type { FetchInit, RetryOptions } from "./fetch.js";
 export { DEFAULT_SEARCH_MODE, searchDefaultsLink } from "./search.js";
 export type { SearchDefaultsOptions, SearchMode } from "./search.js";
 export type * from "./generated.js";
@@ -22,33 +22,33 @@ export interface MemsvcClientOptions {
   /** The server's root URL, e.g. `http://127.0.0.1:8000`; the client adds `/trpc`. */
   url: string;
   /** An API key (`sk_memsvc_...`): the `memory` and `service` procedures need one. */
-  apiKey?: string;
+  apiKey?: string | undefined;
   /** An identity-provider JWT naming the tenant: the `keys` procedures need one. */
-  token?: string;
+  token?: string | undefined;
   /**
    * Send the calls made in the same tick in one request (`httpBatchLink`), or
    * each on its own (`httpLink`). Default: true.
    */
-  batch?: boolean;
+  batch?: boolean | undefined;
   /** At most this many calls per batch: the server's `MEMSVC_MAX_BATCH_SIZE`. Default: 100. */
-  maxBatchSize?: number;
+  maxBatchSize?: number | undefined;
   /** More headers for every request. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** The fetch underneath (default: the global one); memsvc's error adapter wraps it. */
-  fetch?: typeof fetch;
+  fetch?: typeof fetch | undefined;
   /**
    * Retries of a request memsvc refused with 429 or 503 (after its Retry-After),
    * and of a query whose connection failed. Default: 3; 0 turns them off.
    */
-  maxRetries?: number;
+  maxRetries?: number | undefined;
   /** A Retry-After longer than this many seconds is not waited for. Default: 60. */
-  maxRetryWait?: number;
+  maxRetryWait?: number | undefined;
   /**
    * The mode of a `memory.search` that names none. Default: `DEFAULT_SEARCH_MODE`,
    * "hybrid". (A search without `threshold` gets the one `service.info` recommends
    * for the deployment's model, in semantic and hybrid mode: see `searchDefaultsLink`.)
    */
-  defaultMode?: SearchMode;
+  defaultMode?: SearchMode | undefined;
 }
 
 /** A memsvc client: `client.memory.add.mutate({ userId, content })` and so on. */

@@ -29,7 +29,7 @@ export const DEFAULT_SEARCH_MODE: SearchMode = "hybrid";
 /** What `searchDefaultsLink` fills in. */
 export interface SearchDefaultsOptions {
   /** The mode of a search that names none. Default: `DEFAULT_SEARCH_MODE` ("hybrid"). */
-  defaultMode?: SearchMode;
+  defaultMode?: SearchMode | undefined;
 }
 
 /** Whether a search in `mode` without a threshold gets the recommended one (keyword: no floor). */
