@@ -7,8 +7,10 @@ and ``reembed`` refuses to run while it is.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import shutil
 import sys
 import time
 import typing as t
@@ -33,6 +35,7 @@ from .services import transfer
 from .store import SCHEMA_VERSION
 from .store import SqliteStore
 from .store import Store
+from .store import is_postgres
 from .text import InvalidText
 from .text import check_text
 from .text import shown
@@ -357,6 +360,51 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
     click.echo(f"Exported {_plural(n.memories, 'memory', 'memories')}{keys}.", err=True)
 
 
+class _NewDatabase:
+    """A SQLite database a command is about to create, removed again if the command fails.
+
+    Made before the command's runtime creates the file; :meth:`watch` once
+    it has. If the command then fails (it never reached :meth:`keep`) and
+    wrote nothing to the database, the file goes, with its -wal and -shm
+    files, the limiter's folder made for it and an instance folder made for
+    it (if nothing else is in it): a refused import leaves nothing behind.
+    """
+
+    def __init__(self, ctx: Context):
+        database = ctx.settings()["DATABASE"]
+        self.path = None if is_postgres(database) or os.path.lexists(database) else database
+        self.instance = None if os.path.lexists(ctx.instance) else ctx.instance
+        self.kept = False
+
+    def watch(self, rt: Runtime) -> None:
+        if self.path is not None:
+            # Runs before the runtime's own close (click closes in reverse order).
+            click.get_current_context().call_on_close(lambda: self._discard(rt))
+
+    def keep(self) -> None:
+        self.kept = True
+
+    def _discard(self, rt: Runtime) -> None:
+        if self.kept or self.path is None:
+            return
+        try:
+            store = rt.store()
+            if store.count_memories(None, None, 0) or store.list_keys():
+                return  # written to: an interrupted import carries on from here
+        except Exception:
+            return  # what it holds is unknown: it stays
+        limits = None if rt.settings["LIMITS_DIR"] else rt.limiter.directory
+        rt.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + suffix)
+        if limits is not None:
+            shutil.rmtree(limits, ignore_errors=True)
+        if self.instance is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.instance)  # only if empty
+
+
 def _import_scope(
     header: dict[str, t.Any], tenants: tuple[str, ...], all_tenants: bool
 ) -> t.Iterable[str] | None:
@@ -416,7 +464,9 @@ def import_command(
             tokens.check_tenant(name)
         except InvalidText as e:
             raise click.BadParameter(str(e), param_hint="--tenant") from None
+    new_database = _NewDatabase(ctx)
     rt = ctx.runtime()
+    new_database.watch(rt)
     store = rt.store()
     # One open file for both readings: the import reads the file the check read.
     with open(path, encoding="utf-8") as f:
@@ -437,6 +487,7 @@ def import_command(
             )
         except transfer.InvalidImport as e:
             raise click.ClickException(f"{path}: {e}") from None
+    new_database.keep()
     bar.close()
     notes = []
     if result.existing:

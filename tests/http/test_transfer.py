@@ -19,6 +19,7 @@ from tests.support import postgres
 from tests.support.helpers import data
 from tests.support.helpers import mutate
 from tests.support.helpers import query
+from tests.support.servers import MODEL_CACHE
 from tests.support.servers import REPO
 
 LONG = " ".join(f"On day {i} we visited museum number {i} in the rain." for i in range(60))
@@ -260,6 +261,66 @@ def test_a_progress_bar_on_a_terminal_and_silence_in_a_pipe(make_app, tmp_path, 
     text = shown.decode()
     assert "exporting [########################] 17/17" in text and "/s  ETA" in text
     assert "Exported 17 memories and 2 API keys." in text
+
+
+def shm_limit_folders() -> set[str]:
+    """The limiter folders of this user's SQLite databases on /dev/shm (none elsewhere)."""
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    return {n for n in os.listdir("/dev/shm") if n.startswith(f"memsvc-limits-{os.getuid()}-")}
+
+
+@pytest.mark.stores("sqlite")  # a PostgreSQL database is never created by memsvc
+def test_a_refused_import_into_a_new_database_leaves_nothing_behind(make_app, tmp_path):
+    fill(make_app())
+    source = tmp_path / "export.jsonl"
+    env = {
+        "PATH": os.environ["PATH"],
+        "MEMSVC_DATABASE": str(tmp_path / "memsvc.sqlite3"),
+        "MEMSVC_MODEL_CACHE_DIR": MODEL_CACHE,
+        "MEMSVC_LIMITS_DIR": str(tmp_path / "limits"),
+    }
+
+    def memsvc(*args: str, **settings: str) -> subprocess.CompletedProcess:
+        # A setting given as None is left out: its default applies.
+        given = {k: v for k, v in {**env, **settings}.items() if v is not None}
+        return subprocess.run(
+            [sys.executable, "-m", "memsvc.cli", *args],
+            capture_output=True,
+            text=True,
+            env=given,
+            cwd=tmp_path,
+            timeout=120,
+        )
+
+    assert memsvc("export", str(source)).returncode == 0
+    lines = source.read_text().splitlines(keepends=True)
+    broken = json.loads(lines[3])
+    broken["createdAt"] = "last tuesday"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(lines[:3] + [json.dumps(broken) + "\n"] + lines[4:]))
+    folder = tmp_path / "new"
+    folder.mkdir()
+    target = {"MEMSVC_DATABASE": str(folder / "memsvc.sqlite3")}
+    before = shm_limit_folders()
+    # The limiter's default folder (on /dev/shm, named after the new file) too.
+    result = memsvc("import", str(bad), "--all-tenants", **target, MEMSVC_LIMITS_DIR=None)
+    assert result.returncode == 1
+    assert "line 4: createdAt must be an ISO 8601 timestamp" in result.stderr
+    assert "nothing was imported" in result.stderr
+    assert memsvc("import", str(bad), **target).returncode == 1  # its tenants not named
+    assert list(folder.iterdir()) == []  # no database, no -wal, no -shm
+    assert shm_limit_folders() == before
+    # A database that was there before stays, as it was.
+    assert memsvc("init-db", **target).returncode == 0
+    made = sorted(p.name for p in folder.iterdir())
+    assert memsvc("import", str(bad), "--all-tenants", **target).returncode == 1
+    assert sorted(p.name for p in folder.iterdir()) == made
+    # And an import that goes through creates it as ever.
+    (folder / "memsvc.sqlite3").unlink()
+    result = memsvc("import", str(source), "--all-tenants", **target)
+    assert result.returncode == 0, result.stderr
+    assert "Imported 17 memories and 2 API keys." in result.stderr
 
 
 def test_a_version_1_file_without_keys_still_imports(make_app, memsvc_cli, cli_context, tmp_path):
