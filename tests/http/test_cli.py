@@ -131,6 +131,24 @@ def test_the_multilingual_model_without_its_package_is_one_line_saying_what_to_i
     assert not (tmp_path / "db").exists()
 
 
+def test_the_docs_show_a_bad_setting_as_the_command_prints_it(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "memsvc.cli", "settings"],
+        capture_output=True,
+        text=True,
+        env={
+            "MEMSVC_EMBEDDING_DIMENSIONS": "abc",
+            "MEMSVC_DATABASE": str(tmp_path / "db"),
+            "PATH": "",
+        },
+        timeout=60,
+    )
+    line = result.stderr.strip()
+    assert result.returncode == 1 and line.startswith("Error: "), result.stderr
+    docs = (pathlib.Path(memsvc.__file__).parents[1] / "docs" / "configuration.md").read_text()
+    assert f"`{line}`" in " ".join(docs.split())
+
+
 def test_an_unknown_setting_is_named_with_the_closest_real_one(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "memsvc.cli", "settings"],
