@@ -239,6 +239,11 @@ def run(ctx: Context, bind: str | None, workers: int | None, threads: int | None
     from .serving.run import Server
 
     address = bind or config.bind[0]
+    try:
+        # Before saying where it serves: a busy address is the one thing said.
+        config.check_bind(address)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
     click.echo(
         f"memsvc: serving on http://{address}\n"
         f"  health:       curl http://{address}/health\n"

@@ -93,13 +93,18 @@ def on_starting(server: t.Any) -> None:
     warning = thread_warning(server.cfg.workers, server.cfg.threads, _values["CONCURRENCY_LIMIT"])
     if warning:
         server.log.warning(warning)
-    if os.environ.get("LISTEN_FDS") or os.environ.get("GUNICORN_FD"):
-        return  # sockets handed over (systemd, a re-exec): nothing to bind
     try:
         for address in server.cfg.bind:
-            check_address_free(address)
+            check_bind(address)
     except ConfigError as e:
         raise SystemExit(f"memsvc: {e}") from None
+
+
+def check_bind(address: str) -> None:
+    """:func:`check_address_free`, unless the sockets are handed over (nothing to bind)."""
+    if os.environ.get("LISTEN_FDS") or os.environ.get("GUNICORN_FD"):
+        return  # systemd's socket activation, or gunicorn's own re-exec
+    check_address_free(address)
 
 
 def post_worker_init(worker: t.Any) -> None:
