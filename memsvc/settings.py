@@ -349,16 +349,65 @@ def from_file(path: str) -> dict[str, t.Any]:
 
 
 def unknown_names(environ: t.Mapping[str, str]) -> list[str]:
-    """Warnings for ``MEMSVC_*`` variables that are no setting, naming the closest one."""
+    """Warnings for ``MEMSVC_*`` variables that are no setting, naming the closest ones."""
     known = {s.env for s in SETTINGS}
     out = []
     for name in sorted(environ):
         if not name.startswith(PREFIX) or name in known:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        close = suggestions(name)
+        hint = ""
+        if close:
+            listed = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+            hint = f"; did you mean {listed}?"
         out.append(f"{name} is not a memsvc setting and is ignored{hint}")
     return out
+
+
+#: Words for a part of a setting's name by another name: MEMSVC_PORT is MEMSVC_BIND's.
+_SYNONYMS = {"DB": "DATABASE", "OPENAI": "EMBEDDING", "PORT": "BIND", "HOST": "BIND"}
+#: How close a name must come to a setting's to be suggested (0 to 1).
+_CUTOFF = 0.75
+
+
+def suggestions(name: str, most: int = 3) -> list[str]:
+    """The settings a mistyped ``MEMSVC_*`` name most likely means, best first.
+
+    A setting scores what the better of two measures gives it: how alike
+    the two names are as strings (``EMBEDING_MODEL``: ``EMBEDDING_MODEL``),
+    and how many of the name's words, ``_`` apart, its own name holds, a
+    misspelt word counting (``THRESHOLD``: ``SEARCH_DEFAULT_THRESHOLD``). So
+    a name that is one word of several settings' names is ambiguous, and
+    each of them is offered rather than whichever is nearest in spelling
+    (``THREADS``). The prefix is no part of either: every name shares it.
+    """
+    typo = name.removeprefix(PREFIX).upper()
+    words = [_SYNONYMS.get(w, w) for w in typo.split("_") if w]
+    if not words:
+        return []
+    scored = []
+    for order, setting in enumerate(SETTINGS):
+        score = spelling = 0.0
+        # WEB_CONCURRENCY is the setting WORKERS: either name may be meant.
+        for own in {setting.name, setting.env.removeprefix(PREFIX)}:
+            own_words = own.split("_")
+            held = sum(any(_same_word(w, o) for o in own_words) for w in words) / len(words)
+            alike = difflib.SequenceMatcher(None, typo, own).ratio()
+            score, spelling = max(score, held, alike), max(spelling, alike)
+        if score >= _CUTOFF:
+            scored.append((-score, -spelling, order, setting.env))
+    if not scored:
+        return []
+    scored.sort()
+    best = -scored[0][0]
+    return [env for score, _, _, env in scored if -score >= best - 0.05][:most]
+
+
+def _same_word(word: str, own: str) -> bool:
+    """The same word of a setting's name, or a misspelling of one (``THREDS``)."""
+    if word == own:
+        return True
+    return min(len(word), len(own)) >= 4 and difflib.SequenceMatcher(None, word, own).ratio() >= 0.8
 
 
 def load(

@@ -100,6 +100,49 @@ def test_an_unknown_environment_variable_is_named_with_the_closest_setting(
     app.extensions["memsvc"].close()
 
 
+@pytest.mark.parametrize(
+    "typo, meant",
+    [
+        # One word of two settings' names: both, not THREADS, which is spelt alike.
+        ("MEMSVC_THRESHOLD", ["MEMSVC_RECOMMENDED_THRESHOLD", "MEMSVC_SEARCH_DEFAULT_THRESHOLD"]),
+        ("MEMSVC_DEFAULT_THRESHOLD", ["MEMSVC_SEARCH_DEFAULT_THRESHOLD"]),
+        ("MEMSVC_THRESHOLD_DEFAULT", ["MEMSVC_SEARCH_DEFAULT_THRESHOLD"]),
+        ("MEMSVC_THREAD", ["MEMSVC_THREADS"]),
+        ("MEMSVC_EMBEDING_MODEL", ["MEMSVC_EMBEDDING_MODEL"]),
+        ("MEMSVC_SQLITE_SYNCRONOUS", ["MEMSVC_SQLITE_SYNCHRONOUS"]),
+        ("MEMSVC_CONCURENCY_LIMIT", ["MEMSVC_CONCURRENCY_LIMIT"]),
+        ("MEMSVC_MAX_CONTENT_CHAR", ["MEMSVC_MAX_CONTENT_CHARS"]),
+        ("MEMSVC_LOG_URLS", ["MEMSVC_LOG_FULL_URLS"]),
+        # The setting's other name, and words for its words.
+        ("MEMSVC_WORKERS", ["WEB_CONCURRENCY"]),
+        ("MEMSVC_DATABASE_URL", ["MEMSVC_DATABASE"]),
+        ("MEMSVC_PORT", ["MEMSVC_BIND"]),
+        ("MEMSVC_OPENAI_API_KEY", ["MEMSVC_EMBEDDING_API_KEY"]),
+        ("MEMSVC_API_KEY", ["MEMSVC_API_KEY_WORD", "MEMSVC_EMBEDDING_API_KEY"]),
+        (
+            "MEMSVC_TIMEOUT",
+            ["MEMSVC_REQUEST_TIMEOUT", "MEMSVC_EMBEDDING_TIMEOUT", "MEMSVC_SQLITE_BUSY_TIMEOUT_MS"],
+        ),
+        ("MEMSVC_NOT_A_THING", []),
+        ("MEMSVC_SOAK_SECONDS", []),
+    ],
+)
+def test_a_mistyped_name_is_offered_the_settings_it_may_mean(typo, meant):
+    assert settings.suggestions(typo) == meant
+
+
+def test_an_ambiguous_name_is_offered_every_setting_it_may_mean():
+    assert settings.unknown_names({"MEMSVC_THRESHOLD": "0.5", "MEMSVC_THREADS": "4"}) == [
+        "MEMSVC_THRESHOLD is not a memsvc setting and is ignored; did you mean "
+        "MEMSVC_RECOMMENDED_THRESHOLD or MEMSVC_SEARCH_DEFAULT_THRESHOLD?"
+    ]
+    [timeout] = settings.unknown_names({"MEMSVC_TIMEOUT": "5"})
+    assert timeout.endswith(
+        "did you mean MEMSVC_REQUEST_TIMEOUT, MEMSVC_EMBEDDING_TIMEOUT or "
+        "MEMSVC_SQLITE_BUSY_TIMEOUT_MS?"
+    )
+
+
 def test_the_configuration_docs_list_every_setting_as_the_table_says():
     docs = (pathlib.Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
     start = docs.index(settings.DOCS_START) + len(settings.DOCS_START)
