@@ -25,12 +25,15 @@ def create_app(
     test_config: t.Mapping[str, t.Any] | None = None,
     *,
     instance_path: str | None = None,
+    warn_unknown: bool = True,
 ) -> Flask:
     """Build the app: settings, database (created or migrated), routes.
 
     :param test_config: settings that override every other source.
     :param instance_path: the folder holding ``config.py`` and, by default,
         the database; by default ``instance/`` beside the package.
+    :param warn_unknown: log a warning for each ``MEMSVC_*`` variable that is
+        no setting (``memsvc run`` has printed them already).
     :raises ConfigError: a setting is invalid, or the database cannot be used.
     """
     from . import api
@@ -42,7 +45,7 @@ def create_app(
     # memsvc.* module reach stderr (gunicorn's error log) with a timestamp.
     log = app.logger
     values, warnings = settings.load(instance_path, test_config)
-    for warning in warnings:
+    for warning in warnings if warn_unknown else ():
         log.warning("%s", warning)
     app.config.update(values)
     # "/trpc//memory.add" is an unknown procedure (404), not a redirect.

@@ -10,7 +10,11 @@ from . import config
 
 
 class Server(BaseApplication):
-    """gunicorn with :mod:`memsvc.serving.config`, then ``options`` on top."""
+    """gunicorn with :mod:`memsvc.serving.config`, then ``options`` on top.
+
+    ``memsvc run`` has read the settings, and printed its warnings about
+    unknown ``MEMSVC_*`` names, before: the app does not repeat them.
+    """
 
     def __init__(self, options: dict[str, t.Any]):
         self.options = options
@@ -29,6 +33,6 @@ class Server(BaseApplication):
         from .. import create_app
 
         try:
-            return create_app()
+            return create_app(warn_unknown=False)
         except ConfigError as e:
             raise SystemExit(f"memsvc: {e}") from None

@@ -12,6 +12,7 @@ import requests
 from tests.support.servers import REPO
 from tests.support.servers import free_port
 from tests.support.servers import server_env
+from tests.support.servers import serving
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -129,6 +130,30 @@ def test_a_busy_port_stops_start_up_at_once_naming_memsvc_bind(server, tmp_path,
         assert f"`Error: {line.replace(address, '127.0.0.1:8000')}`" in operations
     assert "Connection in use" not in stderr  # gunicorn's own five retries
     assert seconds < 5
+
+
+@pytest.mark.parametrize("command", [GUNICORN, MEMSVC_RUN], ids=["gunicorn", "memsvc-run"])
+def test_a_mistyped_setting_is_warned_of_once(tmp_path, command):
+    port = free_port()
+    env = server_env(tmp_path / "db.sqlite3", port, MEMSVC_THRESHOLD="0.5")
+    log = tmp_path / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}/health"
+        assert serving(proc, url, 90, log.read_text), log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    output = log.read_text()
+    warning = (
+        "MEMSVC_THRESHOLD is not a memsvc setting and is ignored; did you mean "
+        "MEMSVC_RECOMMENDED_THRESHOLD or MEMSVC_SEARCH_DEFAULT_THRESHOLD?"
+    )
+    assert output.count(warning) == 1, output
+    assert output.count("is not a memsvc setting") == 1, output
+    if command is MEMSVC_RUN:
+        assert output.startswith(f"warning: {warning}\n"), output  # before anything else
 
 
 def test_too_few_threads_for_the_concurrency_limit_is_warned_of(server, tmp_path):
