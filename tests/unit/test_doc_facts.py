@@ -1,6 +1,7 @@
 """What the documentation says of the repository holds.
 
-Its links reach what they name: a file of the repository, a heading in it.
+Its links reach what they name (a file of the repository, a heading in
+it), and the README's prerequisites name every tool ``make test`` runs.
 """
 
 from __future__ import annotations
@@ -56,3 +57,14 @@ def test_the_check_finds_a_missing_heading(tmp_path):
     assert "serviceinfo" in anchors((REPO / "docs" / "api.md").read_text())
     assert "api-extensions" not in anchors((REPO / "docs" / "api.md").read_text())
 
+
+def test_the_readmes_prerequisites_name_every_tool_make_test_runs():
+    makefile = (REPO / "Makefile").read_text()
+    readme = (REPO / "README.md").read_text()
+    quick_start = readme[readme.index("## Quick start") : readme.index("## Walk-through")]
+    recipes = "\n".join(line for line in makefile.splitlines() if line.startswith("\t"))
+    needed = ["Python 3.11", "make"]
+    if "npm ci" in recipes:  # make test installs the Node packages its tests drive
+        needed += ["Node.js", "npm"]
+    missing = [tool for tool in needed if tool not in quick_start]
+    assert not missing, f"the README's quick start does not name {missing}"
