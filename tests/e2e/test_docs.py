@@ -23,6 +23,7 @@ import typing as t
 import pytest
 
 from tests.support.servers import REPO
+from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -131,6 +132,44 @@ def run_document(path: pathlib.Path, server: t.Any, tmp_path: pathlib.Path) -> N
 @pytest.mark.parametrize("name", ["README.md", "docs/api.md"])
 def test_the_documented_examples_run_and_answer_as_shown(server, tmp_path, name):
     run_document(REPO / name, server, tmp_path)
+
+
+NUMBER = re.compile(r"-?\d+\.\d+")
+
+
+def test_the_python_quick_start_shows_its_own_answers_after_the_walk_through(tmp_path):
+    # A reader who did the README's walk-through, then runs the Python client's
+    # quick start of docs/clients.md with the same key (tenant acme), sees what
+    # the doc shows: the example finds only what it added itself.
+    (tmp_path / "server").mkdir()
+    server = start_server(tmp_path / "server")
+    try:
+        walk_through, _ = script(blocks((REPO / "README.md").read_text()), server.url)
+        doc = blocks((REPO / "docs" / "clients.md").read_text())
+        (i, quick_start), *_ = [(i, b) for i, b in enumerate(doc) if b.lang == "python"]
+        shown = doc[i + 1]
+        assert shown.lang == "text"
+        code = quick_start.code.replace("http://127.0.0.1:8000", server.url)
+        (tmp_path / "quick_start.py").write_text(code)
+        run = (
+            f"{{\n{walk_through}}} > /dev/null\n"
+            f'MEMSVC_API_KEY="$KEY" {sys.executable} quick_start.py\n'
+        )
+        result = subprocess.run(
+            ["bash", "-c", run],
+            cwd=tmp_path,
+            env=server.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        server.stop()
+    assert result.returncode == 0, result.stdout + result.stderr
+    got, want = result.stdout.strip(), shown.code.strip()
+    assert NUMBER.sub("<n>", got) == NUMBER.sub("<n>", want), f"got:\n{got}\nwant:\n{want}"
+    pairs = zip(NUMBER.findall(got), NUMBER.findall(want), strict=True)
+    assert all(abs(float(g) - float(w)) < 0.02 for g, w in pairs), got
 
 
 def test_the_harness_catches_a_wrong_answer(server, tmp_path):
