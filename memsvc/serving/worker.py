@@ -18,6 +18,13 @@ those with an HTML page and logs the offending bytes, which may hold a
 header's value (an API key on a line without its colon, say). This worker
 answers them in the error envelope every other memsvc error uses, and logs
 only what kind of problem it was.
+
+It overrides gthread's public methods (``handle``, ``handle_request``,
+``finish_request``, ``handle_error``, ``murder_pending``) and none of its
+private names: it waits for the rest of a request with a poller queue of
+its own. Those methods and the connection's attributes are gunicorn 27's,
+which setup.cfg requires; tests/unit/test_gunicorn_worker.py fails, naming
+what is missing, on a gunicorn without them.
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ from gunicorn import util
 from gunicorn.http import errors as http_errors
 from gunicorn.http.wsgi import Response
 from gunicorn.http.wsgi import default_environ
-from gunicorn.workers.gthread import _DEFER
 from gunicorn.workers.gthread import ThreadWorker
 
 from ..errors import HTTP_STATUS
@@ -63,7 +69,6 @@ _MESSAGES = {
     "InvalidSchemeHeaders": "Contradictory scheme headers",
     "InvalidH2CPreface": "HTTP/2 is not supported",
 }
-_BODY_FRAMING = {"InvalidChunkSize", "ChunkMissingTerminator", "InvalidChunkExtension"}
 _FORBIDDEN = {"ForbiddenProxyRequest"}
 # Raised while the app's own response is being written: the app's fault.
 _SERVER_FAULTS = {"InvalidResponseHeader", "InvalidResponseHeaderName", "ConfigurationProblem"}
@@ -80,6 +85,10 @@ _REASONS = {
 _HEADER_ROOM = 256 * 1024
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d+)[ \t]*(?=\r\n)", re.I)
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r\n]*chunked", re.I)
+
+#: What :meth:`JSONErrorThreadWorker.handle` returns for a request not yet
+#: whole: the connection waits on the poller for more, holding no thread.
+_WAIT_FOR_MORE = object()
 
 
 @dataclasses.dataclass
@@ -198,7 +207,7 @@ class JSONErrorThreadWorker(ThreadWorker):
         if whole is None:
             return False
         if not whole:
-            return _DEFER  # back to the poller until more arrives, no thread held
+            return _WAIT_FOR_MORE  # back to the poller until more arrives, no thread held
         conn.memsvc_gathered = _Gathered()
         conn.init()
         conn.parser.unreader.unread(bytes(gathered.data))
@@ -253,6 +262,8 @@ class JSONErrorThreadWorker(ThreadWorker):
 
     def init_process(self) -> None:
         self._closing: collections.deque[tuple[float, socket.socket]] = collections.deque()
+        #: Connections whose request is not whole yet, oldest first.
+        self._waiting: collections.deque[t.Any] = collections.deque()
         super().init_process()
 
     def finish_request(self, conn, fs) -> None:  # noqa: ANN001 - gunicorn's signature
@@ -260,11 +271,35 @@ class JSONErrorThreadWorker(ThreadWorker):
             result = fs.result() if not fs.cancelled() else False
         except Exception:
             result = None  # gunicorn's own handling: closed at once
+        if result is _WAIT_FOR_MORE:
+            if self.alive:
+                self._wait_for_more(conn)
+                return
+            result = False  # stopping: no new request is taken
         if result is False:
             self.nr_conns -= 1
             self._linger(conn.sock)
             return
         super().finish_request(conn, fs)
+
+    def _wait_for_more(self, conn) -> None:  # noqa: ANN001
+        """Put ``conn`` on the poller until more of its request arrives.
+
+        As gthread does for a connection whose first bytes are late: a
+        connection that sends nothing more for ``keepalive`` seconds is
+        closed (see :meth:`murder_pending`).
+        """
+        conn.sock.setblocking(False)
+        conn.timeout = time.monotonic() + self.cfg.keepalive
+        self._waiting.append(conn)
+        self.poller.register(
+            conn.sock, selectors.EVENT_READ, functools.partial(self._more_arrived, conn)
+        )
+
+    def _more_arrived(self, conn, _client: t.Any = None) -> None:  # noqa: ANN001
+        self.poller.unregister(conn.sock)
+        self._waiting.remove(conn)
+        self.enqueue_req(conn)
 
     def _linger(self, sock: socket.socket) -> None:
         try:
@@ -298,23 +333,27 @@ class JSONErrorThreadWorker(ThreadWorker):
         now = time.monotonic()
         while self._closing and (self._closing[0][0] <= now or self._closing[0][1].fileno() < 0):
             self._forget(self._closing.popleft()[1])
+        while self._waiting and self._waiting[0].timeout <= now:
+            conn = self._waiting.popleft()
+            try:
+                self.poller.unregister(conn.sock)
+            except (OSError, KeyError, ValueError):
+                pass
+            self.nr_conns -= 1
+            conn.close()
 
-    def _keepalive_after(self, conn, keepalive):  # noqa: ANN001 - gunicorn 27's hook
-        # gunicorn 27 skips the unread body of an answered request here; if
-        # that body is malformed, stock gunicorn writes a second answer,
-        # which a keep-alive client would take for its next request's.
-        try:
-            return super()._keepalive_after(conn, keepalive)
-        except http_errors.ParseException as e:
-            self.log.info("Closed connection after an unreadable body: %s", type(e).__name__)
-            return False
+    def handle_request(self, req, conn):  # noqa: ANN001 - gunicorn's signature
+        keepalive = super().handle_request(req, conn)
+        req.memsvc_answered = True
+        return keepalive
 
     def handle_error(self, req, client, addr, exc):  # noqa: ANN001 - gunicorn's signature
         started = datetime.datetime.now()
         addr = addr or ("", -1)
-        if req is None and type(exc).__name__ in _BODY_FRAMING:
-            # gunicorn before 27 skips an answered request's unread body
-            # while reading the next request: same case as above.
+        if isinstance(exc, http_errors.ParseException) and getattr(req, "memsvc_answered", False):
+            # gunicorn skips the unread body of an answered request; if that
+            # body is malformed, stock gunicorn writes a second answer, which
+            # a keep-alive client would take for its next request's.
             self.log.info("Closed connection after an unreadable body: %s", type(exc).__name__)
             return
         code, message = classify(exc, self.cfg)
