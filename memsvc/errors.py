@@ -1,7 +1,7 @@
 """Errors that reach the caller, each carrying its tRPC error code.
 
 These are plain exceptions: services and the store raise them without
-knowing about HTTP. The wire layer (:mod:`memsvc.trpc`) turns any of them
+knowing about HTTP. The wire layer (:mod:`memsvc.api.trpc`) turns any of them
 into the error envelope, with the status from :data:`HTTP_STATUS`.
 """
 

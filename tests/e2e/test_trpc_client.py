@@ -81,7 +81,7 @@ def test_one_failure_in_a_batch_does_not_fail_the_others(seen, link):
 
 @pytest.mark.parametrize("link", LINKS)
 def test_without_the_shim_errors_are_opaque_but_successes_work(seen, link):
-    # design/wire.md fact 3: why the README's shim exists.
+    # Why memsvcFetch exists: @trpc/client cannot read string error codes (docs/api.md).
     assert seen[link]["withoutShim"]["message"] == "Unable to transform response from server"
     assert seen[link]["withoutShim"]["code"] is None
     assert len(seen[link]["successWithoutShim"]) == 1

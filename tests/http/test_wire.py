@@ -1,4 +1,4 @@
-"""The tRPC wire format, as design/wire.md records it."""
+"""The tRPC wire format, as docs/api.md specifies it."""
 
 import json
 import uuid

@@ -1,11 +1,13 @@
 """What the documentation says of the repository holds.
 
 Its links reach what they name (a file of the repository, a heading in
-it), and the README's prerequisites name every tool ``make test`` runs.
+it), the README's prerequisites name every tool ``make test`` runs, and
+memsvc's docstrings and comments name modules that exist.
 """
 
 from __future__ import annotations
 
+import importlib
 import pathlib
 import re
 
@@ -68,3 +70,44 @@ def test_the_readmes_prerequisites_name_every_tool_make_test_runs():
         needed += ["Node.js", "npm"]
     missing = [tool for tool in needed if tool not in quick_start]
     assert not missing, f"the README's quick start does not name {missing}"
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``a.b.c`` is a module, or a name reachable from the longest module it starts with."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            if not hasattr(found, part):
+                return False
+            found = getattr(found, part)
+        return True
+    return False
+
+
+#: Extensions of file names such as memsvc.sqlite3, which are no modules.
+FILES = {"sqlite3", "jsonl", "json", "lock", "log", "py", "md"}
+
+
+def test_memsvcs_own_docstrings_and_comments_name_modules_that_exist():
+    # "memsvc.trpc" once named what is now memsvc.api.trpc; a role such as
+    # :mod:`.schema` is read from its module's package.
+    absolute = re.compile(r"(?<![\w./])(memsvc(?:\.[A-Za-z_]\w*)+)")
+    relative = re.compile(r":(?:mod|func|class|meth|data):`~?(\.+[\w.]+)`")
+    stale = []
+    for path in sorted((REPO / "memsvc").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        package = module.removesuffix(".__init__")
+        package = package if path.name == "__init__.py" else package.rpartition(".")[0]
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            names = [m for m in absolute.findall(line) if m.rpartition(".")[2] not in FILES]
+            for ref in relative.findall(line):
+                dots = len(ref) - len(ref.lstrip("."))
+                base = package.split(".")[: len(package.split(".")) - (dots - 1)]
+                names.append(".".join(base) + "." + ref.lstrip("."))
+            where = f"{path.relative_to(REPO)}:{n}"
+            stale += [f"{where}: {name}" for name in names if not _resolves(name)]
+    assert not stale, "\n".join(stale)
