@@ -24,7 +24,7 @@ router = Router(
 )
 
 
-@router.query("list", output=outputs.KEYS)
+@router.query("list", input=schemas.NoInput(), output=outputs.KEYS)
 def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
     return keys.list_for(store(), call.caller.tenant)
 

@@ -161,13 +161,13 @@ def _operation(proc: Procedure, input_name: str | None) -> Json:
     if input_name is not None:
         body = {"schema": ref(input_name)}
         if proc.type == MUTATION:
-            op["requestBody"] = {"required": True, "content": {JSON: body}}
+            op["requestBody"] = {"required": not proc.input_optional, "content": {JSON: body}}
         else:
             op["parameters"] = [
                 {
                     "name": "input",
                     "in": "query",
-                    "required": True,
+                    "required": not proc.input_optional,
                     "description": "The input object as JSON, URL-encoded.",
                     "content": {JSON: body},
                 }

@@ -70,7 +70,7 @@ def _answer(shown: str) -> str:
 
 
 def _input(proc: Procedure) -> str:
-    if proc.input is None:
+    if proc.input is None or not proc.input.load_fields:
         return "none"
     required: list[str] = []
     optional: list[str] = []

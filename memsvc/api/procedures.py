@@ -157,6 +157,11 @@ class Procedure:
     errors: tuple[Error, ...] = ()
 
     @property
+    def input_optional(self) -> bool:
+        """Whether a call may leave the input out (it is then read as ``{}``)."""
+        return bool(getattr(self.input, "optional", False))
+
+    @property
     def credential(self) -> Credential | None:
         return next((m.credential for m in self.middleware if m.credential), None)
 

@@ -147,9 +147,23 @@ class FilterField(fields.Field):
 class Input(Schema):
     #: A rule on the object as a whole, in words, for the OpenAPI document.
     object_rule: t.ClassVar[str | None] = None
+    #: Whether the input may be left out (JavaScript's ``undefined``), and is
+    #: then read as ``{}``; anything given must still be an object.
+    optional: t.ClassVar[bool] = False
 
     class Meta:
         unknown = EXCLUDE
+
+
+class NoInput(Input):
+    """The input of a procedure that takes none: left out, or an object (its fields ignored).
+
+    A number, an array, a string or null is refused as for every other
+    procedure.
+    """
+
+    object_rule = "No input: leave it out, or give an object (its fields are ignored)."
+    optional = True
 
 
 _LIMIT_100 = validate.Range(1, 100, error="must be between 1 and 100")

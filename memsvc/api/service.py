@@ -8,6 +8,7 @@ from .. import __version__
 from ..services import info
 from . import middleware
 from . import outputs
+from . import schemas
 from .context import runtime
 from .procedures import Router
 from .trpc import Call
@@ -20,7 +21,7 @@ router = Router(
 )
 
 
-@router.query("info", output=outputs.SERVICE_INFO)
+@router.query("info", input=schemas.NoInput(), output=outputs.SERVICE_INFO)
 def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
     rt = runtime()
     limits = middleware.limits_of(call.caller.key, rt.default_limits)

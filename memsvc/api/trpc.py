@@ -236,6 +236,8 @@ def _execute(call: Call) -> t.Any:
         params: dict[str, t.Any] = {}
         if proc.input is not None:
             raw = call.raw_input()
+            if raw is UNDEFINED and proc.input_optional:
+                raw = {}
             if not isinstance(raw, dict):
                 raise BadRequest(f"Invalid input: expected object, received {_js_type(raw)}")
             try:

@@ -88,11 +88,13 @@ def test_every_procedure_is_the_http_call_it_is(app, doc):
         assert list(methods) == (["post"] if proc.type == MUTATION else ["get"])
         op = methods["post" if proc.type == MUTATION else "get"]
         assert (op["x-trpc-procedure"], op["x-trpc-type"]) == (path, proc.type)
-        if proc.input is None:
-            assert "parameters" not in op and "requestBody" not in op
-        elif proc.type == QUERY:
+        # Every procedure validates its input, those that take none too (an object or nothing).
+        assert proc.input is not None
+        assert proc.input_optional == (path in ("service.info", "keys.list"))
+        if proc.type == QUERY:
             [param] = op["parameters"]
-            assert (param["name"], param["in"], param["required"]) == ("input", "query", True)
+            required = not proc.input_optional
+            assert (param["name"], param["in"], param["required"]) == ("input", "query", required)
             assert list(param["content"]) == ["application/json"]
         else:
             assert op["requestBody"]["required"] is True

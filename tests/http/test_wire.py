@@ -195,6 +195,38 @@ def test_missing_input_is_400_undefined(client, auth):
     assert error["message"] == "Invalid input: expected object, received undefined"
 
 
+@pytest.mark.parametrize(
+    "raw, received",
+    [("5", "number"), ("[1,2]", "array"), ('"s"', "string"), ("null", "null"), ("true", "boolean")],
+)
+def test_a_procedure_without_input_refuses_a_non_object_as_the_others_do(
+    client, auth, raw, received
+):
+    resp = client.get("/trpc/service.info", query_string={"input": raw}, headers=auth)
+    error = assert_error(resp, 400, "BAD_REQUEST", "service.info")
+    assert error["message"] == f"Invalid input: expected object, received {received}"
+    resp = client.get(
+        "/trpc/service.info,memory.getAll",
+        query_string={"batch": "1", "input": f'{{"0":{raw},"1":{{"userId":"u"}}}}'},
+        headers=auth,
+    )
+    first, second = resp.get_json()
+    assert resp.status_code == 207
+    assert_error_item(first, 400, "BAD_REQUEST", "service.info")
+    assert second["result"]["data"] == []
+
+
+@pytest.mark.parametrize("input", [None, {}, {"whatever": 1}])
+def test_a_procedure_without_input_takes_none_or_an_object(client, auth, input):
+    assert data(query(client, "service.info", input, headers=auth))["embedder"]["dimensions"]
+    resp = client.get(
+        "/trpc/service.info",
+        query_string={"batch": "1", "input": "{}" if input is None else json.dumps({"0": input})},
+        headers=auth,
+    )
+    assert resp.status_code == 200, resp.get_json()
+
+
 def test_unknown_fields_are_ignored(client, auth):
     resp = mutate(
         client, "memory.add", {"userId": "u", "content": "x", "color": "red"}, headers=auth

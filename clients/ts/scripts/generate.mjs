@@ -92,7 +92,8 @@ function objectType(schema, pad) {
     const value = extra === true || schema.properties ? "unknown" : type(extra, pad + "  ");
     lines.push(`${pad}  [key: string]: ${value};`);
   }
-  return lines.length ? `{\n${lines.join("\n")}\n${pad}}` : "{}";
+  // No fields and no others: only {} (TypeScript's {} would take any value but null).
+  return lines.length ? `{\n${lines.join("\n")}\n${pad}}` : "Record<string, never>";
 }
 
 function type(schema, pad = "") {
@@ -135,11 +136,12 @@ for (const methods of Object.values(doc.paths)) {
     const path = op["x-trpc-procedure"];
     if (!path) continue;
     const kind = op["x-trpc-type"];
-    const input =
-      op.requestBody?.content?.["application/json"]?.schema ??
-      op.parameters?.find((p) => p.name === "input")?.content?.["application/json"]?.schema;
+    const carrier = op.requestBody ?? op.parameters?.find((p) => p.name === "input");
+    const input = carrier?.content?.["application/json"]?.schema;
+    // An input the document does not require may be left out: \`.query()\`.
+    const optional = carrier !== undefined && !carrier.required;
     const output = op.responses["200"].content["application/json"].schema.properties.result.properties.data;
-    procedures.push({ path, kind, input, output, summary: op.summary });
+    procedures.push({ path, kind, input, optional, output, summary: op.summary });
   }
 }
 procedures.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
@@ -172,7 +174,8 @@ function routerCode(node, pad) {
     const key = IDENTIFIER.test(name) ? name : JSON.stringify(name);
     if (!child.kind) return `${pad}  ${key}: t.router(${routerCode(child, pad + "  ")}),`;
     describingInput = true;
-    const input = child.input ? `.input(is<${indent(type(child.input, pad + "  "), "")}>())` : "";
+    const inputType = child.input && indent(type(child.input, pad + "  "), "") + (child.optional ? " | undefined" : "");
+    const input = child.input ? `.input(is<${inputType}>())` : "";
     return `${pad}  ${key}: t.procedure${input}.${child.kind}(served<${type(child.output, pad + "  ")}>()),`;
   });
   return `{\n${lines.join("\n")}\n${pad}}`;

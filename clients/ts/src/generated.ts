@@ -214,6 +214,9 @@ export interface MemoryVersion {
   at: string;
 }
 
+/** No input: leave it out, or give an object (its fields are ignored). */
+export type NoInput = Record<string, never>;
+
 export interface SearchInput {
   /** 1 to 256 characters. */
   userId: string;
@@ -376,7 +379,7 @@ const served =
 const appRouter = t.router({
   keys: t.router({
     create: t.procedure.input(is<CreateKeyInput>()).mutation(served<CreatedKey>()),
-    list: t.procedure.query(served<ApiKey[]>()),
+    list: t.procedure.input(is<NoInput | undefined>()).query(served<ApiKey[]>()),
     revoke: t.procedure.input(is<IdInput>()).mutation(served<Success>()),
   }),
   memory: t.router({
@@ -390,7 +393,7 @@ const appRouter = t.router({
     update: t.procedure.input(is<UpdateInput>()).mutation(served<Memory>()),
   }),
   service: t.router({
-    info: t.procedure.query(served<ServiceInfo>()),
+    info: t.procedure.input(is<NoInput | undefined>()).query(served<ServiceInfo>()),
   }),
 });
 
