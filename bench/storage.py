@@ -29,7 +29,7 @@ from bench.report import recording
 from memsvc.models import Memory
 from memsvc.store import SqliteStore
 from memsvc.store import connect
-from memsvc.store.vec0 import CHUNK_SIZE as VECTOR_CHUNK_SIZE
+from memsvc.store.sqlite.vec0 import CHUNK_SIZE as VECTOR_CHUNK_SIZE
 
 WORDS = (
     "user prefers green tea lives in Lisbon works as a nurse has two cats allergic to "

@@ -307,8 +307,8 @@ def backup(ctx: Context, path: str, force: bool) -> None:
     To restore: stop memsvc, put the copy at MEMSVC_DATABASE (removing any
     -wal and -shm files beside it), start memsvc.
     """
-    from .store.backup import BackupError
-    from .store.backup import backup as copy
+    from .store.sqlite.backup import BackupError
+    from .store.sqlite.backup import backup as copy
 
     store = ctx.store()
     if not isinstance(store, SqliteStore):

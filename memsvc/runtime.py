@@ -23,6 +23,7 @@ from .limits import Limits
 from .limits import default_directory
 from .search.cache import SearchCache
 from .store import Database
+from .store import SqliteStore
 from .store import Store
 from .store import StoreMismatch
 from .store import is_postgres
@@ -169,8 +170,11 @@ class Runtime:
 
     def store(self) -> Store:
         """A store on this thread's connection (until :meth:`release`)."""
-        store: Store = self.db.store()
-        return store
+        if self.postgres:
+            from .store.postgres import PgStore
+
+            return PgStore(self.db.connection())
+        return SqliteStore(self.db.connection())
 
     def release(self) -> None:
         """This thread is done with its store for now (the end of a request)."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 from .base import Entry
 from .base import Store
 from .base import UserState
-from .db import Database
-from .db import connect
 from .schema import SCHEMA_VERSION
 from .schema import StoreMismatch
+from .sqlite import Database
 from .sqlite import SqliteStore
+from .sqlite import connect
 
 __all__ = [
     "Database", "Entry", "SCHEMA_VERSION", "SqliteStore", "Store", "StoreMismatch", "UserState",
@@ -30,7 +30,7 @@ def is_postgres(database: str) -> bool:
 
 def storage_problem(exc: BaseException) -> str | None:
     """What is wrong with the storage if ``exc`` is the database failing, else None."""
-    from .db import storage_problem as sqlite_problem
+    from .sqlite.connection import storage_problem as sqlite_problem
 
     problem = sqlite_problem(exc)
     if problem is None and type(exc).__module__.startswith("psycopg"):

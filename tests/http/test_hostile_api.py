@@ -176,7 +176,7 @@ def read_only_from_now_on(app, monkeypatch):
 
     (File permissions would not do: tests may run as root, who may write anyway.)
     """
-    from memsvc.store import db
+    from memsvc.store.sqlite import connection as db
 
     connect = db.connect
 

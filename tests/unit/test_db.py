@@ -2,7 +2,7 @@ import sqlite3
 
 import pytest
 
-from memsvc.store import db
+from memsvc.store.sqlite import connection as db
 
 
 def test_driver_can_load_sqlite_vec():

@@ -82,8 +82,8 @@ def test_migrate_creates_schema_in_wal_mode_and_records_the_embedder(store, stor
 def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, store_kind):
     """Schema 5: users get keys and their texts' lengths, the index is rebuilt from the
     text, users left with no memories are forgotten."""
-    from memsvc.store import schema as sqlite_schema
     from memsvc.store.postgres import schema as pg_schema
+    from memsvc.store.sqlite import schema as sqlite_schema
 
     store = blank_store
     module = sqlite_schema if store_kind == "sqlite" else pg_schema

@@ -1,4 +1,4 @@
-"""memsvc.store.vec0 against sqlite-vec itself: the storage layout memsvc reads directly."""
+"""memsvc.store.sqlite.vec0 against sqlite-vec itself: the storage layout memsvc reads directly."""
 
 import pathlib
 import uuid
@@ -9,7 +9,7 @@ import pytest
 from memsvc import clock
 from memsvc import search
 from memsvc.models import Memory
-from memsvc.store import vec0
+from memsvc.store.sqlite import vec0
 
 pytestmark = pytest.mark.stores("sqlite")  # sqlite-vec's own storage
 

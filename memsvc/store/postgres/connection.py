@@ -121,11 +121,6 @@ class PgDatabase:
             self._local.conn = conn
         return conn
 
-    def store(self) -> t.Any:
-        from . import PgStore
-
-        return PgStore(self.connection())
-
     def release(self) -> None:
         """Give this thread's connection back, with no transaction left open."""
         conn = getattr(self._local, "conn", None)

@@ -1,6 +1,6 @@
 """The PostgreSQL schema, and its migrations one numbered step at a time.
 
-The same data as the SQLite schema (:mod:`memsvc.store.schema`), in
+The same data as the SQLite schema (:mod:`memsvc.store.sqlite.schema`), in
 PostgreSQL's terms: vectors in a pgvector ``vector`` column, one row per
 window, keyed by user and a vector id counted per user (``memory_users.max_vid``,
 so no global counter serialises writers); the keyword index the same rows

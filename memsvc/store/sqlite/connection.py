@@ -16,7 +16,7 @@ import typing as t
 
 import sqlite_vec
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 Connection = t.Any  # a DB-API connection from whichever driver was chosen
 
@@ -135,12 +135,6 @@ class Database:
             with self._lock:
                 self._all.append(conn)
         return conn
-
-    def store(self) -> t.Any:
-        """A store on this thread's connection."""
-        from .sqlite import SqliteStore
-
-        return SqliteStore(self.connection())
 
     def release(self) -> None:
         """A request is done with this thread's connection: it stays, for the next."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import typing as t
 
-from .db import driver
+from .connection import driver
 
 
 class BackupError(Exception):

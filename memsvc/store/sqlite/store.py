@@ -1,12 +1,4 @@
-"""The SQLite store: memsvc's data in one file, with sqlite-vec for vectors.
-
-Vectors are in ``memory_vectors``, a sqlite-vec ``vec0`` table partitioned by
-tenant and user, so a search reads only that user's vectors; the keyword
-index is ``memory_terms`` (:mod:`.postings`), per user. One
-writer at a time (``BEGIN IMMEDIATE``), readers in parallel (WAL). The
-schema lives in :mod:`.schema`, what memsvc knows of vec0's storage in
-:mod:`.vec0`, backups in :mod:`.backup`, connections in :mod:`.db`.
-"""
+"""The SQLite store: :class:`SqliteStore`, memsvc's data over one connection to its file."""
 
 from __future__ import annotations
 
@@ -18,22 +10,22 @@ import typing as t
 
 import numpy as np
 
-from ..models import ApiKey
-from ..models import Memory
-from ..models import Version
-from ..models import compact_json
-from ..models import dedupe_key
-from . import postings
+from ...models import ApiKey
+from ...models import Memory
+from ...models import Version
+from ...models import compact_json
+from ...models import dedupe_key
+from .. import postings
+from ..base import ENTRY_COLUMNS as _ENTRY_COLUMNS
+from ..base import KEY_COLUMNS as _KEY_COLUMNS
+from ..base import MEMORY_COLUMNS as _MEMORY_COLUMNS
+from ..base import Entry
+from ..base import Store
+from ..base import UserState
+from ..base import key_of as _key
+from ..base import memory_of as _memory
 from . import schema
 from . import vec0
-from .base import ENTRY_COLUMNS as _ENTRY_COLUMNS
-from .base import KEY_COLUMNS as _KEY_COLUMNS
-from .base import MEMORY_COLUMNS as _MEMORY_COLUMNS
-from .base import Entry
-from .base import Store
-from .base import UserState
-from .base import key_of as _key
-from .base import memory_of as _memory
 
 # A memory is visible until it expires.
 _VISIBLE = "(expires_at IS NULL OR expires_at > ?)"

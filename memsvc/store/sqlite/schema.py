@@ -1,0 +1,261 @@
+"""The SQLite schema, and its migrations one numbered step at a time.
+
+``memsvc_meta`` records the schema version and the embedding model the
+stored vectors come from. :func:`migrate` brings any older database up to
+:data:`~memsvc.store.schema.SCHEMA_VERSION` in one transaction and refuses
+a newer one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import typing as t
+
+from ...models import dedupe_key
+from .. import postings
+from ..schema import SCHEMA_VERSION
+from ..schema import StoreMismatch
+from ..schema import check_recorded
+from . import vec0
+
+Step = str | t.Callable[[t.Any], None]
+
+
+def _dedupe_keys(conn: t.Any) -> None:
+    """Compute the duplicate-detection key of every existing memory."""
+    rows = conn.execute("SELECT seq, content, metadata FROM memories").fetchall()
+    conn.executemany(
+        "UPDATE memories SET dedupe_key = ? WHERE seq = ?",
+        [(dedupe_key(content, json.loads(metadata)), seq) for seq, content, metadata in rows],
+    )
+
+
+def _fts_scope(tenant: str, user_id: str) -> str:
+    """Schema 4's keyword index: the token that confined a search to one user."""
+    digest = hashlib.sha256(f"{tenant}\x00{user_id}".encode("utf-8", "surrogatepass"))
+    return "s" + digest.hexdigest()[:24]
+
+
+def _index_existing_text(conn: t.Any) -> None:
+    rows = conn.execute("SELECT seq, tenant, user_id, content FROM memories").fetchall()
+    conn.executemany(
+        "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
+        [(seq, _fts_scope(tenant, user), content) for seq, tenant, user, content in rows],
+    )
+
+
+def _build_postings(conn: t.Any) -> None:
+    """Schema 5: every memory's terms into ``memory_terms``, a user at a time."""
+    users = conn.execute("SELECT user_key, tenant, user_id FROM memory_users").fetchall()
+    for user_key, tenant, user_id in users:
+        rows = conn.execute(
+            "SELECT seq, content FROM memories WHERE tenant = ? AND user_id = ?",
+            (tenant, user_id),
+        ).fetchall()
+        found = postings.of([(user_key, seq, content) for seq, content in rows])
+        conn.executemany(postings.INSERT.replace("%s", "?"), found.rows)
+        conn.execute(
+            "UPDATE memory_users SET terms = ? WHERE user_key = ?",
+            (found.totals.get(user_key, 0), user_key),
+        )
+
+
+def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    """Create or upgrade the schema; a new database records the embedder.
+
+    Call inside a write transaction. An existing database keeps the
+    embedder it records (see :func:`check_embedder`).
+    """
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS memsvc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    )
+    version = int(get_meta(conn, "schema_version") or 0)
+    if version > SCHEMA_VERSION:
+        raise StoreMismatch(
+            f"the database has schema version {version}, newer than this memsvc "
+            f"({SCHEMA_VERSION}); upgrade memsvc"
+        )
+    if version == 0:
+        set_meta(conn, "embedder", embedder_id)
+        set_meta(conn, "dimensions", str(dimensions))
+    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[step]:
+            if callable(statement):
+                statement(conn)
+            else:
+                conn.execute(vec0.render(statement, recorded_dims))
+        set_meta(conn, "schema_version", str(step))
+
+
+def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
+    """The (model id, dimensions) the stored vectors come from."""
+    try:
+        model = get_meta(conn, "embedder")
+        dims = get_meta(conn, "dimensions")
+    except Exception:
+        return None
+    if model is None or dims is None:
+        return None
+    return model, int(dims)
+
+
+def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
+    check_recorded(recorded_embedder(conn), embedder_id, dimensions)
+
+
+def get_meta(conn: t.Any, key: str) -> str | None:
+    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: t.Any, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO memsvc_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+_MIGRATIONS: dict[int, list[Step]] = {
+    1: [
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            tenant TEXT NOT NULL,
+            key_id TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            secret_hash BLOB NOT NULL UNIQUE,
+            created_at INTEGER NOT NULL,
+            last_used_at INTEGER,
+            revoked_at INTEGER
+        )""",
+        "CREATE INDEX api_keys_by_tenant ON api_keys (tenant, created_at)",
+        """CREATE TABLE memories (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )""",
+        "CREATE INDEX memories_by_user ON memories (tenant, user_id, created_at DESC, seq DESC)",
+        *vec0.TABLE,
+    ],
+    2: [
+        # Per-key overrides of the global request limits (NULL: the default).
+        "ALTER TABLE api_keys ADD COLUMN rate_limit INTEGER",
+        "ALTER TABLE api_keys ADD COLUMN concurrency_limit INTEGER",
+    ],
+    3: [
+        # One row per end user, changed in the same transaction as their
+        # memories: a search cache compares it to tell, with one indexed
+        # read, whether a user's vectors changed (even by another process)
+        # and how: new memories only (max_seq grew), deletions, or all
+        # vectors replaced (generation).
+        """CREATE TABLE memory_users (
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            max_seq INTEGER NOT NULL,
+            deletes INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            PRIMARY KEY (tenant, user_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO memory_users (tenant, user_id, count, max_seq, deletes, generation)
+        SELECT tenant, user_id, count(*), max(seq), 0, 0 FROM memories GROUP BY tenant, user_id""",
+        # A user's memories in insertion order, with their times: loads a
+        # user's new memories, and lists them, without touching the table.
+        "CREATE INDEX memories_by_user_seq ON memories (tenant, user_id, seq, created_at)",
+    ],
+    4: [
+        # Versions: a memory's earlier versions live in memory_history.
+        "ALTER TABLE memories ADD COLUMN version INTEGER NOT NULL DEFAULT 1",
+        "ALTER TABLE memories ADD COLUMN expires_at INTEGER",
+        # Long memories have several vectors (windows), with consecutive
+        # ids first_vid .. first_vid + windows - 1 in memory_vectors; ids
+        # come from a counter in memsvc_meta and are never reused. Until now
+        # a memory's one vector had id seq.
+        "ALTER TABLE memories ADD COLUMN first_vid INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE memories ADD COLUMN windows INTEGER NOT NULL DEFAULT 1",
+        "UPDATE memories SET first_vid = seq",
+        """INSERT INTO memsvc_meta (key, value)
+        SELECT 'next_vid', coalesce(max(seq), 0) + 1 FROM memories""",
+        # memory.add with dedupe: the trimmed text and canonical metadata.
+        "ALTER TABLE memories ADD COLUMN dedupe_key BLOB",
+        _dedupe_keys,
+        "DROP INDEX memories_by_user_seq",
+        # A user's memories by vector id: the search cache loads new ones.
+        "CREATE INDEX memories_by_user_vid ON memories (tenant, user_id, first_vid)",
+        "CREATE INDEX memories_by_dedupe_key ON memories (tenant, user_id, dedupe_key)",
+        "CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE memory_history (
+            memory_seq INTEGER NOT NULL REFERENCES memories (seq) ON DELETE CASCADE,
+            version INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            at INTEGER NOT NULL,
+            PRIMARY KEY (memory_seq, version)
+        ) WITHOUT ROWID""",
+        # The search cache's counters now count vectors: max_vid grows with
+        # new vectors (an update's too); updates counts changes of metadata
+        # or expiry alone.
+        "ALTER TABLE memory_users RENAME COLUMN max_seq TO max_vid",
+        "ALTER TABLE memory_users ADD COLUMN updates INTEGER NOT NULL DEFAULT 0",
+        # Keyword search: the index only (the text stays in memories),
+        # scoped to one user by a token of its own in the scope column. Rows
+        # are deleted with FTS5's 'delete' command and the text they were
+        # indexed with, which secure-delete turns into removing every trace
+        # from the index (contentless_delete=1 would only mark them deleted).
+        """CREATE VIRTUAL TABLE memory_fts USING fts5(
+            scope, content, content='', tokenize='unicode61 remove_diacritics 2'
+        )""",
+        "INSERT INTO memory_fts (memory_fts, rank) VALUES ('secure-delete', 1)",
+        _index_existing_text,
+    ],
+    5: [
+        # End users get a number of their own (never reused, so a user erased
+        # and back again is a new user to every cache) and the total length
+        # of their texts; a user's row goes when their last memory does.
+        """CREATE TABLE memory_users_new (
+            user_key INTEGER PRIMARY KEY AUTOINCREMENT,
+            tenant TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            count INTEGER NOT NULL,
+            max_vid INTEGER NOT NULL,
+            deletes INTEGER NOT NULL,
+            updates INTEGER NOT NULL,
+            generation INTEGER NOT NULL,
+            terms INTEGER NOT NULL DEFAULT 0,
+            last_write INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (tenant, user_id)
+        )""",
+        """INSERT INTO memsvc_meta (key, value)
+        SELECT 'erasures', coalesce(sum(deletes) + sum(generation), 0) FROM memory_users""",
+        """INSERT INTO memory_users_new (tenant, user_id, count, max_vid, deletes, updates,
+            generation, last_write)
+        SELECT u.tenant, u.user_id, u.count, u.max_vid, u.deletes, u.updates, u.generation,
+            (SELECT coalesce(max(updated_at), 0) FROM memories AS m
+             WHERE m.tenant = u.tenant AND m.user_id = u.user_id)
+        FROM memory_users AS u WHERE u.count > 0 ORDER BY u.tenant, u.user_id""",
+        "DROP TABLE memory_users",
+        "ALTER TABLE memory_users_new RENAME TO memory_users",
+        # The keyword index, per user: each term's memories, with the term's
+        # count in the memory and the memory's length in terms (BM25), terms
+        # as hashes (memsvc.terms). A search reads only its user's rows, and
+        # ranks by their statistics alone.
+        """CREATE TABLE memory_terms (
+            user_key INTEGER NOT NULL,
+            term INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            tf INTEGER NOT NULL,
+            dl INTEGER NOT NULL,
+            PRIMARY KEY (user_key, term, seq)
+        ) WITHOUT ROWID""",
+        _build_postings,
+        # With secure_delete on, the old index's pages are zeroed as they are freed.
+        "DROP TABLE memory_fts",
+    ],
+}
