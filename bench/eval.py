@@ -242,7 +242,7 @@ def memsvc_app(directory: str, database: str | None = None) -> t.Iterator[Flask]
     try:
         yield app
     finally:
-        app.extensions["memsvc"].db.close()
+        app.extensions["memsvc"].backend.disconnect()
 
 
 def create_api_key(app: Flask) -> str:

@@ -56,7 +56,7 @@ def create_app(
 
     runtime = Runtime(values, instance_path)
     runtime.prepare(check_embedder=True)
-    runtime.hold_for_serving()
+    runtime.backend.hold_for_serving()
     app.extensions["memsvc"] = runtime
     api.init_app(app)
     return app

@@ -27,13 +27,14 @@ from .errors import ApiError
 from .errors import ConfigError
 from .limits import MAX_CONCURRENT
 from .limits import MAX_PER_MINUTE
-from .runtime import DatabaseInUse
 from .runtime import Runtime
 from .services import keys as key_service
 from .services import maintenance
 from .services import transfer
 from .store import SCHEMA_VERSION
-from .store import SqliteStore
+from .store import BackupError
+from .store import BackupRefused
+from .store import DatabaseInUse
 from .store import Store
 from .store import is_postgres
 from .text import InvalidText
@@ -275,7 +276,7 @@ def reembed(ctx: Context, batch_size: int) -> None:
     """Re-embed every memory with the configured embedder (stop the service first)."""
     rt = ctx.runtime()
     try:
-        rt.exclusive()
+        rt.backend.exclusive()
     except DatabaseInUse as e:
         raise click.ClickException(str(e)) from None
     store = rt.store()
@@ -307,20 +308,14 @@ def backup(ctx: Context, path: str, force: bool) -> None:
     To restore: stop memsvc, put the copy at MEMSVC_DATABASE (removing any
     -wal and -shm files beside it), start memsvc.
     """
-    from .store.sqlite.backup import BackupError
-    from .store.sqlite.backup import backup as copy
-
-    store = ctx.store()
-    if not isinstance(store, SqliteStore):
-        raise click.ClickException(
-            "memsvc backup copies a SQLite database; back up PostgreSQL with pg_dump "
-            "(see docs/operations.md)"
-        )
-    if os.path.exists(path) and not force:
-        raise click.ClickException(f"{path} exists; choose another path or pass --force")
+    backend = ctx.runtime().backend
     started = time.monotonic()
     try:
-        counts = copy(store.conn, path)
+        counts = backend.backup(path, replace=force)
+    except BackupRefused as e:
+        raise click.ClickException(str(e)) from None
+    except FileExistsError:
+        raise click.ClickException(f"{path} exists; choose another path or pass --force") from None
     except (BackupError, OSError) as e:
         raise click.ClickException(f"backup failed: {e}") from None
     click.echo(

@@ -65,6 +65,29 @@ class Limits:
     concurrent: int
 
 
+class KeyLimiter(t.Protocol):
+    """What admits or refuses calls per key: :class:`Limiter` for the workers of one box,
+    :class:`memsvc.store.postgres.limits.PgLimiter` for every server of one PostgreSQL.
+
+    A token from :meth:`acquire` goes back to :meth:`release` when the call is answered.
+    """
+
+    def acquire(self, key_id: str, limits: Limits) -> tuple[int, int] | None:
+        """Admit one call or raise :class:`Refused`; returns the token to :meth:`release`."""
+
+    def charge(self, key_id: str, limits: Limits, units: int) -> None:
+        """Count ``units`` more calls against the rate, for a call :meth:`acquire` admitted."""
+
+    def release(self, key_id: str, held: tuple[int, int] | None) -> None:
+        """Free the concurrency slot a call held."""
+
+    def executing(self, key_id: str) -> int:
+        """How many calls of the key hold a slot now."""
+
+    def sweep(self) -> int:
+        """Forget what keys idle for a while left behind (housekeeping); how many rows went."""
+
+
 class Refused(Exception):
     def __init__(self, message: str, retry_after: int):
         super().__init__(message)
@@ -283,6 +306,10 @@ class Limiter:
                 return 0
             now = self.clock()
             return sum(_alive(int(pid), int(exp), now) for pid, _, exp in state.slots if pid)
+
+    def sweep(self) -> int:
+        """Nothing to forget: a key's file keeps one window of times and is reused in place."""
+        return 0
 
     # -- internals -----------------------------------------------------------------
 

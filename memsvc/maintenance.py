@@ -11,26 +11,28 @@ and it drops from its search cache the users whose memories changed, so
 vectors of erased memories do not stay in memory. Several workers doing it at once is
 harmless: each deletion is a transaction, and a memory deleted by one is
 simply not found by the others.
+
+It needs only the database (:class:`~memsvc.store.Backend`: stores, and the
+limiter to sweep) and the search cache, not the whole process's runtime.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import typing as t
 
+from .search.cache import SearchCache
 from .services import memories
-
-if t.TYPE_CHECKING:
-    from .runtime import Runtime
+from .store import Backend
 
 log = logging.getLogger(__name__)
 
 
 class Maintenance(threading.Thread):
-    def __init__(self, runtime: Runtime, interval: float):
+    def __init__(self, backend: Backend, search_cache: SearchCache | None, interval: float):
         super().__init__(name="memsvc-maintenance", daemon=True)
-        self.runtime = runtime
+        self.backend = backend
+        self.search_cache = search_cache
         self.interval = interval
         self.stopping = threading.Event()
         self._erasures = -1
@@ -45,7 +47,7 @@ class Maintenance(threading.Thread):
 
     def once(self) -> int:
         """One round; returns how many expired memories were removed."""
-        store = self.runtime.store()
+        store = self.backend.store()
         try:
             removed = memories.purge_expired(store)
             if removed:
@@ -54,16 +56,14 @@ class Maintenance(threading.Thread):
             # A checkpoint a long read was in the way of is tried next round.
             if erasures != self._erasures and store.checkpoint():
                 self._erasures = erasures
-            if self.runtime.search_cache is not None:
-                self.runtime.search_cache.prune(store)
-            sweep = getattr(self.runtime.limiter, "sweep", None)
-            if sweep is not None:
-                # PostgreSQL's shared limits: forget keys idle for minutes.
-                sweep()
+            if self.search_cache is not None:
+                self.search_cache.prune(store)
+            # PostgreSQL's shared limits: forget keys idle for minutes.
+            self.backend.limiter.sweep()
             return removed
         finally:
             store.reset()
-            self.runtime.release()
+            self.backend.release()
 
     def stop(self) -> None:
         self.stopping.set()

@@ -33,14 +33,14 @@ def release_store(exc: BaseException | None = None) -> None:
     try:
         s.reset()
     except Exception:
-        runtime().db.discard()
+        runtime().backend.discard()
     runtime().release()
 
 
 def record_storage_problem(problem: str) -> None:
     """Remember, for /health, that storage failed a call just now."""
-    runtime().storage_failed(problem)
+    runtime().backend.failures.failed(problem)
 
 
 def clear_storage_problem() -> None:
-    runtime().storage_recovered()
+    runtime().backend.failures.recovered()

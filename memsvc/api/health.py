@@ -49,9 +49,9 @@ def health() -> Response:
         problem = storage_problem(e) or "the database cannot be read"
         log.warning("health check: %s: %s", problem, e)
         # Whatever broke, the next request should start from a fresh connection.
-        rt.db.discard()
+        rt.backend.discard()
         return _unhealthy(problem)
-    trouble = rt.storage_trouble()
+    trouble = rt.backend.failures.recent()
     if trouble is not None:
         return _unhealthy(trouble)
     return json_response({"status": "ok", "db": "connected", "timestamp": clock.now_ms()})

@@ -1,13 +1,23 @@
 """Where memsvc keeps its data: a SQLite file (the default) or PostgreSQL.
 
-:class:`Store` is the contract both keep (:mod:`.base`); :func:`open_database`
-picks one from ``MEMSVC_DATABASE``: a ``postgresql://`` URL selects
-PostgreSQL with pgvector (:mod:`.postgres`), anything else is the path of a
-SQLite file with sqlite-vec (:mod:`.sqlite`).
+:class:`Store` is the contract both stores keep (:mod:`.base`);
+:class:`Backend` is a whole database of either kind (:mod:`.backend`): its
+connections, limiter, preparation and locks. :func:`open_backend` picks one from
+``MEMSVC_DATABASE``: a ``postgresql://`` URL selects PostgreSQL with
+pgvector (:mod:`.postgres`), anything else is the path of a SQLite file with
+sqlite-vec (:mod:`.sqlite`). Each kind is a package of the same parts:
+``store``, ``schema``, ``connection``, ``backend``; :mod:`.postings` is
+the keyword index both keep alike.
 """
 
 from __future__ import annotations
 
+import typing as t
+
+from .backend import Backend
+from .backend import BackupError
+from .backend import BackupRefused
+from .backend import DatabaseInUse
 from .base import Entry
 from .base import Store
 from .base import UserState
@@ -18,14 +28,36 @@ from .sqlite import SqliteStore
 from .sqlite import connect
 
 __all__ = [
-    "Database", "Entry", "SCHEMA_VERSION", "SqliteStore", "Store", "StoreMismatch", "UserState",
-    "connect", "is_postgres", "storage_problem",
+    "Backend", "BackupError", "BackupRefused", "Database", "DatabaseInUse", "Entry",
+    "SCHEMA_VERSION", "SqliteStore", "Store", "StoreMismatch", "UserState", "connect",
+    "is_postgres", "open_backend", "storage_problem",
 ]  # fmt: skip
 
 
 def is_postgres(database: str) -> bool:
     """Whether ``MEMSVC_DATABASE`` names a PostgreSQL database rather than a file."""
     return database.startswith(("postgresql://", "postgres://"))
+
+
+def open_backend(settings: t.Mapping[str, t.Any], instance_path: str) -> Backend:
+    """The database the settings name; nothing is opened until it is used."""
+    database = settings["DATABASE"]
+    if is_postgres(database):
+        from .postgres.backend import PostgresBackend
+
+        # A connection per thread at most, and a few for the limiter and
+        # the maintenance thread.
+        return PostgresBackend(database, max_size=settings["THREADS"] + 4)
+    from .sqlite.backend import SqliteBackend
+
+    return SqliteBackend(
+        database,
+        instance_path=instance_path,
+        limits_dir=settings["LIMITS_DIR"],
+        busy_timeout_ms=settings["SQLITE_BUSY_TIMEOUT_MS"],
+        synchronous=settings["SQLITE_SYNCHRONOUS"],
+        mmap_mb=settings["SQLITE_MMAP_MB"],
+    )
 
 
 def storage_problem(exc: BaseException) -> str | None:

@@ -186,7 +186,7 @@ def read_only_from_now_on(app, monkeypatch):
         return conn
 
     monkeypatch.setattr(db, "connect", read_only)
-    app.extensions["memsvc"].db.close()
+    app.extensions["memsvc"].backend.disconnect()
 
 
 @pytest.mark.stores("sqlite")
@@ -217,7 +217,7 @@ def test_a_read_only_postgresql_answers_reads_and_503s_writes_then_recovers(conf
             name = conn.execute("SELECT current_database()").fetchone()[0]
             value = "on" if on else "off"
             conn.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = {value}')
-        client.application.extensions["memsvc"].db.close()  # sessions from now on
+        client.application.extensions["memsvc"].backend.disconnect()  # sessions from now on
 
     read_only(True)
     listed = query(client, "memory.getAll", {"userId": "u"}, headers=auth)
@@ -238,7 +238,7 @@ def test_a_read_only_postgresql_answers_reads_and_503s_writes_then_recovers(conf
 def test_a_full_database_503s_writes_and_health_then_recovers_with_nothing_lost(configured):
     client, auth = configured(RATE_LIMIT_PER_MINUTE=0)
     kept = data(mutate(client, "memory.add", {"userId": "u", "content": "kept"}, headers=auth))
-    conn = client.application.extensions["memsvc"].db.connection()
+    conn = client.application.extensions["memsvc"].backend.db.connection()
     (pages,) = conn.execute("PRAGMA page_count").fetchone()
     conn.execute(f"PRAGMA max_page_count = {pages}")  # this connection: the disk is full
     failed = 0

@@ -261,7 +261,7 @@ def test_no_secret_reaches_a_log_an_error_or_another_response(app, caplog, capsy
     )
 
     # The files: the database (and its WAL) hold hashes, never a secret.
-    app.extensions["memsvc"].db.close()
+    app.extensions["memsvc"].backend.disconnect()
     root = pathlib.Path(app.config["DATABASE"]).parent
     blobs = b"".join(p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file())
     for secret in session.secrets:

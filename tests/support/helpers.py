@@ -110,7 +110,8 @@ def maintenance_round(app: t.Any) -> None:
     from memsvc.maintenance import Maintenance
 
     with app.app_context():
-        Maintenance(runtime(), 60).once()
+        rt = runtime()
+        Maintenance(rt.backend, rt.search_cache, 60).once()
 
 
 class CountingEmbedder(Embedder):

@@ -11,11 +11,8 @@ from __future__ import annotations
 import os
 import typing as t
 
+from ..backend import BackupError
 from .connection import driver
-
-
-class BackupError(Exception):
-    """The copy could not be made; nothing was left at the destination."""
 
 
 def backup(conn: t.Any, path: str) -> dict[str, int]:
