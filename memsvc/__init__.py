@@ -14,11 +14,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 from flask import Flask  # noqa: E402
 
 from . import settings  # noqa: E402
+from ._version import __version__  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 
 __all__ = ["create_app", "ConfigError", "__version__"]
-
-__version__ = "0.2.0"
 
 
 def create_app(

@@ -21,8 +21,8 @@ from flask import Flask
 from flask import Response
 from flask import current_app
 
-from .. import __version__
 from .. import wire
+from .._version import __version__
 from ..errors import HTTP_STATUS
 from . import health
 from . import input_schemas

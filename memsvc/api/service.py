@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
-from .. import __version__
+from .._version import __version__
 from ..services import info
 from . import middleware
 from . import outputs
