@@ -1,6 +1,7 @@
 """Where memsvc keeps its data: a SQLite file (the default) or PostgreSQL.
 
-:class:`Store` is the contract both stores keep (:mod:`.base`);
+:class:`Store` is the contract both stores keep (:mod:`.base`), and
+:class:`~.sql.SqlStore` what they share of it, written once (:mod:`.sql`);
 :class:`Backend` is a whole database of either kind (:mod:`.backend`): its
 connections, limiter, preparation and locks. :func:`open_backend` picks one from
 ``MEMSVC_DATABASE``: a ``postgresql://`` URL selects PostgreSQL with

@@ -15,9 +15,9 @@ import typing as t
 
 from .. import terms
 
-#: Placeholders in psycopg's style; SQLite's store swaps them for ``?``.
-INSERT = "INSERT INTO memory_terms (user_key, term, seq, tf, dl) VALUES (%s, %s, %s, %s, %s)"
-DELETE = "DELETE FROM memory_terms WHERE user_key = %s AND term = %s AND seq = %s"
+#: Written with ``?`` placeholders, as every shared statement (:mod:`.sql`).
+INSERT = "INSERT INTO memory_terms (user_key, term, seq, tf, dl) VALUES (?, ?, ?, ?, ?)"
+DELETE = "DELETE FROM memory_terms WHERE user_key = ? AND term = ? AND seq = ?"
 
 
 @dataclasses.dataclass

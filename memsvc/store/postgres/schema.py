@@ -12,11 +12,8 @@ database starts at the version that first supported it.
 
 from __future__ import annotations
 
-import typing as t
-
-from .. import postings
-from ..schema import SCHEMA_VERSION
-from ..schema import StoreMismatch
+from ..sql import Step
+from ..sql import build_postings
 from .limits import SCHEMA as LIMITS_SCHEMA
 
 #: The first schema version a PostgreSQL database can have.
@@ -36,27 +33,7 @@ VECTOR_TABLE = [
     )""",
 ]
 
-Step = str | t.Callable[[t.Any], None]
-
-
-def _build_postings(conn: t.Any) -> None:
-    """Schema 5: every memory's terms into ``memory_terms``, a user at a time."""
-    users = conn.execute("SELECT user_key, tenant, user_id FROM memory_users").fetchall()
-    for user_key, tenant, user_id in users:
-        rows = conn.execute(
-            "SELECT seq, content FROM memories WHERE tenant = %s AND user_id = %s",
-            (tenant, user_id),
-        ).fetchall()
-        found = postings.of([(user_key, seq, content) for seq, content in rows])
-        with conn.cursor() as cur:
-            cur.executemany(postings.INSERT, found.rows)
-        conn.execute(
-            "UPDATE memory_users SET terms = %s WHERE user_key = %s",
-            (found.totals.get(user_key, 0), user_key),
-        )
-
-
-_MIGRATIONS: dict[int, list[Step]] = {
+MIGRATIONS: dict[int, list[Step]] = {
     4: [
         "CREATE EXTENSION IF NOT EXISTS vector",
         """CREATE TABLE api_keys (
@@ -138,7 +115,7 @@ _MIGRATIONS: dict[int, list[Step]] = {
             dl integer NOT NULL,
             PRIMARY KEY (user_key, term, seq)
         )""",
-        _build_postings,
+        build_postings,
         "ALTER TABLE memories DROP COLUMN fts",
     ],
 }
@@ -151,59 +128,4 @@ def vector_table() -> list[str]:
 def render(statement: str, dimensions: int) -> str:
     return statement.replace("{dimensions}", str(int(dimensions))).replace(
         "{text_search}", TEXT_SEARCH
-    )
-
-
-def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    """Create or upgrade the schema; a new database records the embedder.
-
-    Call inside a transaction. Two processes starting at once are
-    serialised by an advisory lock, so one creates and the other finds.
-    """
-    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memsvc-migrate', 0))")
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS memsvc_meta (key text PRIMARY KEY, value text NOT NULL)"
-    )
-    version = int(get_meta(conn, "schema_version") or 0)
-    if version > SCHEMA_VERSION:
-        raise StoreMismatch(
-            f"the database has schema version {version}, newer than this memsvc "
-            f"({SCHEMA_VERSION}); upgrade memsvc"
-        )
-    if version == 0:
-        set_meta(conn, "embedder", embedder_id)
-        set_meta(conn, "dimensions", str(dimensions))
-        version = FIRST_VERSION - 1
-    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
-    for step in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[step]:
-            if callable(statement):
-                statement(conn)
-            else:
-                conn.execute(render(statement, recorded_dims))
-        set_meta(conn, "schema_version", str(step))
-
-
-def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
-    """The (model id, dimensions) the stored vectors come from."""
-    exists = conn.execute("SELECT to_regclass('memsvc_meta') IS NOT NULL").fetchone()[0]
-    if not exists:
-        return None
-    model = get_meta(conn, "embedder")
-    dims = get_meta(conn, "dimensions")
-    if model is None or dims is None:
-        return None
-    return model, int(dims)
-
-
-def get_meta(conn: t.Any, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = %s", (key,)).fetchone()
-    return row[0] if row else None
-
-
-def set_meta(conn: t.Any, key: str, value: str) -> None:
-    conn.execute(
-        "INSERT INTO memsvc_meta (key, value) VALUES (%s, %s) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (key, value),
     )

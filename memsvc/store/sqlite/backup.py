@@ -9,13 +9,13 @@ flushed to disk, and only then renamed into place, owner-readable only.
 from __future__ import annotations
 
 import os
-import typing as t
 
 from ..backend import BackupError
+from .connection import Connection
 from .connection import driver
 
 
-def backup(conn: t.Any, path: str) -> dict[str, int]:
+def backup(conn: Connection, path: str) -> dict[str, int]:
     """Copy the database of ``conn`` to ``path``; returns counts and the size in bytes."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):

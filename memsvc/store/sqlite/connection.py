@@ -10,6 +10,7 @@ extension loading on), or ``pysqlite3`` if that is what is installed.
 from __future__ import annotations
 
 import functools
+import sqlite3
 import threading
 import types
 import typing as t
@@ -18,7 +19,8 @@ import sqlite_vec
 
 from ...errors import ConfigError
 
-Connection = t.Any  # a DB-API connection from whichever driver was chosen
+#: A connection from whichever driver was chosen (sqlean and pysqlite3 are the same module).
+Connection: t.TypeAlias = sqlite3.Connection
 
 
 def _can_load_sqlite_vec(module: types.ModuleType) -> bool:

@@ -1,9 +1,9 @@
-"""The SQLite schema, and its migrations one numbered step at a time.
+"""The SQLite schema: its migrations, one numbered step at a time.
 
-``memsvc_meta`` records the schema version and the embedding model the
-stored vectors come from. :func:`migrate` brings any older database up to
-:data:`~memsvc.store.schema.SCHEMA_VERSION` in one transaction and refuses
-a newer one.
+:meth:`memsvc.store.sql.SqlStore.migrate` runs them, bringing any older
+database up to :data:`~memsvc.store.schema.SCHEMA_VERSION` in one
+transaction; ``memsvc_meta`` records the schema version and the embedding
+model the stored vectors come from.
 """
 
 from __future__ import annotations
@@ -13,19 +13,18 @@ import json
 import typing as t
 
 from ...models import dedupe_key
-from .. import postings
-from ..schema import SCHEMA_VERSION
-from ..schema import StoreMismatch
-from ..schema import check_recorded
+from ..sql import Step
+from ..sql import build_postings
 from . import vec0
 
-Step = str | t.Callable[[t.Any], None]
+if t.TYPE_CHECKING:
+    from ..sql import SqlStore
 
 
-def _dedupe_keys(conn: t.Any) -> None:
+def _dedupe_keys(store: SqlStore) -> None:
     """Compute the duplicate-detection key of every existing memory."""
-    rows = conn.execute("SELECT seq, content, metadata FROM memories").fetchall()
-    conn.executemany(
+    rows = store._rows("SELECT seq, content, metadata FROM memories")
+    store._many(
         "UPDATE memories SET dedupe_key = ? WHERE seq = ?",
         [(dedupe_key(content, json.loads(metadata)), seq) for seq, content, metadata in rows],
     )
@@ -37,88 +36,15 @@ def _fts_scope(tenant: str, user_id: str) -> str:
     return "s" + digest.hexdigest()[:24]
 
 
-def _index_existing_text(conn: t.Any) -> None:
-    rows = conn.execute("SELECT seq, tenant, user_id, content FROM memories").fetchall()
-    conn.executemany(
+def _index_existing_text(store: SqlStore) -> None:
+    rows = store._rows("SELECT seq, tenant, user_id, content FROM memories")
+    store._many(
         "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",
         [(seq, _fts_scope(tenant, user), content) for seq, tenant, user, content in rows],
     )
 
 
-def _build_postings(conn: t.Any) -> None:
-    """Schema 5: every memory's terms into ``memory_terms``, a user at a time."""
-    users = conn.execute("SELECT user_key, tenant, user_id FROM memory_users").fetchall()
-    for user_key, tenant, user_id in users:
-        rows = conn.execute(
-            "SELECT seq, content FROM memories WHERE tenant = ? AND user_id = ?",
-            (tenant, user_id),
-        ).fetchall()
-        found = postings.of([(user_key, seq, content) for seq, content in rows])
-        conn.executemany(postings.INSERT.replace("%s", "?"), found.rows)
-        conn.execute(
-            "UPDATE memory_users SET terms = ? WHERE user_key = ?",
-            (found.totals.get(user_key, 0), user_key),
-        )
-
-
-def migrate(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    """Create or upgrade the schema; a new database records the embedder.
-
-    Call inside a write transaction. An existing database keeps the
-    embedder it records (see :func:`check_embedder`).
-    """
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS memsvc_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-    )
-    version = int(get_meta(conn, "schema_version") or 0)
-    if version > SCHEMA_VERSION:
-        raise StoreMismatch(
-            f"the database has schema version {version}, newer than this memsvc "
-            f"({SCHEMA_VERSION}); upgrade memsvc"
-        )
-    if version == 0:
-        set_meta(conn, "embedder", embedder_id)
-        set_meta(conn, "dimensions", str(dimensions))
-    recorded_dims = int(get_meta(conn, "dimensions") or dimensions)
-    for step in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[step]:
-            if callable(statement):
-                statement(conn)
-            else:
-                conn.execute(vec0.render(statement, recorded_dims))
-        set_meta(conn, "schema_version", str(step))
-
-
-def recorded_embedder(conn: t.Any) -> tuple[str, int] | None:
-    """The (model id, dimensions) the stored vectors come from."""
-    try:
-        model = get_meta(conn, "embedder")
-        dims = get_meta(conn, "dimensions")
-    except Exception:
-        return None
-    if model is None or dims is None:
-        return None
-    return model, int(dims)
-
-
-def check_embedder(conn: t.Any, embedder_id: str, dimensions: int) -> None:
-    check_recorded(recorded_embedder(conn), embedder_id, dimensions)
-
-
-def get_meta(conn: t.Any, key: str) -> str | None:
-    row = conn.execute("SELECT value FROM memsvc_meta WHERE key = ?", (key,)).fetchone()
-    return row[0] if row else None
-
-
-def set_meta(conn: t.Any, key: str, value: str) -> None:
-    conn.execute(
-        "INSERT INTO memsvc_meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (key, value),
-    )
-
-
-_MIGRATIONS: dict[int, list[Step]] = {
+MIGRATIONS: dict[int, list[Step]] = {
     1: [
         """CREATE TABLE api_keys (
             id TEXT PRIMARY KEY,
@@ -254,7 +180,7 @@ _MIGRATIONS: dict[int, list[Step]] = {
             dl INTEGER NOT NULL,
             PRIMARY KEY (user_key, term, seq)
         ) WITHOUT ROWID""",
-        _build_postings,
+        build_postings,
         # With secure_delete on, the old index's pages are zeroed as they are freed.
         "DROP TABLE memory_fts",
     ],

@@ -1,125 +1,89 @@
-"""The SQLite store: :class:`SqliteStore`, memsvc's data over one connection to its file."""
+"""The SQLite store: :class:`SqliteStore`, memsvc's data over one connection to its file.
+
+What it shares with PostgreSQL's is :class:`~memsvc.store.sql.SqlStore`'s;
+here is what SQLite does its own way: vectors in a sqlite-vec ``vec0``
+table (:mod:`.vec0`) with ids from one counter in ``memsvc_meta``, one
+writer at a time, the WAL checkpoints that make erased bytes unrecoverable.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import json
 import os
 import typing as t
 
 import numpy as np
 
-from ...models import ApiKey
 from ...models import Memory
-from ...models import Version
-from ...models import compact_json
-from ...models import dedupe_key
-from .. import postings
-from ..base import ENTRY_COLUMNS as _ENTRY_COLUMNS
-from ..base import KEY_COLUMNS as _KEY_COLUMNS
-from ..base import MEMORY_COLUMNS as _MEMORY_COLUMNS
+from ..base import ENTRY_COLUMNS
 from ..base import Entry
-from ..base import Store
-from ..base import UserState
-from ..base import key_of as _key
-from ..base import memory_of as _memory
+from ..sql import Cursor
+from ..sql import SqlStore
+from ..sql import windows_of
 from . import schema
 from . import vec0
-
-# A memory is visible until it expires.
-_VISIBLE = "(expires_at IS NULL OR expires_at > ?)"
-
-_savepoints = itertools.count()
-
-_INSERT_POSTING = postings.INSERT.replace("%s", "?")
-_DELETE_POSTING = postings.DELETE.replace("%s", "?")
+from .connection import Connection
 
 
-class SqliteStore(Store):
+class SqliteStore(SqlStore):
     """memsvc's data in one SQLite file, over one connection."""
 
     kind = "SQLite"
     knn_max = vec0.KNN_MAX
 
-    def __init__(self, conn: t.Any):
+    _MIGRATIONS = schema.MIGRATIONS
+    _FIRST_VERSION = 1
+    # IMMEDIATE: take the write lock up front, so a writer waits for it
+    # (busy_timeout) rather than failing half-way.
+    _BEGIN_WRITE = "BEGIN IMMEDIATE"
+    _BEGIN_READ = "BEGIN"
+    _GREATEST = "max"
+    _KEY_ORDER = "rowid"
+    _STAGING_TABLE = (
+        "CREATE TABLE IF NOT EXISTS reembed_staging (seq INTEGER NOT NULL, "
+        "window INTEGER NOT NULL, embedder TEXT NOT NULL, embedding BLOB NOT NULL, "
+        "PRIMARY KEY (seq, window))"
+    )
+
+    def __init__(self, conn: Connection):
         self.conn = conn
 
-    # -- transactions -------------------------------------------------------
+    # -- what SQLite says in its own way ---------------------------------------------
 
-    @contextlib.contextmanager
-    def write(self) -> t.Iterator[Store]:
-        """A write transaction: all of it is committed, or none of it.
+    def _execute(self, query: str, params: t.Sequence[t.Any] | None = None) -> Cursor:
+        return self.conn.execute(query, params or ())
 
-        Inside another transaction it is a savepoint: its own part is undone
-        on error, and the outer transaction decides about the rest.
-        """
-        if self.conn.in_transaction:
-            name = f"sp{next(_savepoints)}"
-            self.conn.execute(f"SAVEPOINT {name}")
-            try:
-                yield self
-            except BaseException:
-                # SQLite may have rolled everything back already (a full disk).
-                if self.conn.in_transaction:
-                    self.conn.execute(f"ROLLBACK TO {name}")
-                    self.conn.execute(f"RELEASE {name}")
-                raise
-            self.conn.execute(f"RELEASE {name}")
-            return
-        # IMMEDIATE: take the write lock up front, so a writer waits for it
-        # (busy_timeout) rather than failing half-way.
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self
-        except BaseException:
-            # SQLite may have rolled back already (a full disk, an I/O error).
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
-        try:
-            self.conn.execute("COMMIT")
-        except BaseException:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-            raise
+    def _many(self, query: str, rows: t.Iterable[t.Sequence[t.Any]]) -> None:
+        self.conn.executemany(query, rows)
 
-    @contextlib.contextmanager
-    def read(self) -> t.Iterator[Store]:
-        """A read transaction: every query in it sees one snapshot."""
-        if self.conn.in_transaction:
-            yield self
-            return
-        self.conn.execute("BEGIN")
-        try:
-            yield self
-        finally:
-            self.conn.execute("COMMIT")
+    def _any(self, column: str, values: t.Sequence[t.Any]) -> list[tuple[str, list[t.Any]]]:
+        # One ? per value, 500 values a query.
+        return [
+            (f"{column} IN ({','.join('?' * len(chunk))})", chunk)
+            for chunk in (list(values[i : i + 500]) for i in range(0, len(values), 500))
+        ]
 
-    def reset(self) -> None:
-        """Roll back whatever a failed request left open."""
-        if self.conn.in_transaction:
-            self.conn.execute("ROLLBACK")
+    def _has_table(self, name: str) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def _vector(self, vector: np.ndarray) -> bytes:
+        return _blob(vector)
 
     def in_transaction(self) -> bool:
         return bool(self.conn.in_transaction)
 
-    # -- schema -------------------------------------------------------------
+    # -- schema and health -------------------------------------------------------------
 
     def migrate(self, embedder_id: str, dimensions: int) -> None:
-        """Create or upgrade the schema (see :mod:`.schema`), in its own transaction."""
         # WAL lets searches run while a memory is being written. It is a
         # property of the file, so set it before taking the write lock.
         self.conn.execute("PRAGMA journal_mode = WAL")
-        with self.write():
-            schema.migrate(self.conn, embedder_id, dimensions)
+        super().migrate(embedder_id, dimensions)
 
-    def embedder(self) -> tuple[str, int] | None:
-        """The (model id, dimensions) the stored vectors come from."""
-        return schema.recorded_embedder(self.conn)
-
-    def check_embedder(self, embedder_id: str, dimensions: int) -> None:
-        schema.check_embedder(self.conn, embedder_id, dimensions)
+    def _render(self, statement: str, dimensions: int) -> str:
+        return vec0.render(statement, dimensions)
 
     def probe_write(self) -> None:
         """Write and roll back, to learn whether the database takes writes at all.
@@ -138,10 +102,7 @@ class SqliteStore(Store):
         finally:
             self.conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
         try:
-            self.conn.execute(
-                "INSERT INTO memsvc_meta (key, value) VALUES ('health', '') "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-            )
+            self._set_meta("health", "")
         finally:
             self.conn.execute("ROLLBACK")
 
@@ -176,7 +137,7 @@ class SqliteStore(Store):
 
     def erasures(self) -> int:
         """A number that grows whenever a memory is deleted or replaced, in any process."""
-        return int(schema.get_meta(self.conn, "erasures") or 0)
+        return int(self._get_meta("erasures") or 0)
 
     def _erased(self) -> None:
         self.conn.execute(
@@ -192,15 +153,15 @@ class SqliteStore(Store):
         ).fetchone()
         if path and not os.path.exists(path):
             raise OSError(f"database file {path} no longer exists")
-        self.conn.execute("SELECT value FROM memsvc_meta WHERE key = 'schema_version'").fetchone()
+        super().ping()
 
     # -- memories: writes ------------------------------------------------------
     # Call inside write(); vectors[i] holds memory i's windows, one row each.
 
     def _new_vids(self, count: int) -> int:
         """Reserve ``count`` consecutive vector ids, never handed out before."""
-        first = int(schema.get_meta(self.conn, "next_vid") or 1)
-        schema.set_meta(self.conn, "next_vid", str(first + count))
+        first = int(self._get_meta("next_vid") or 1)
+        self._set_meta("next_vid", str(first + count))
         return first
 
     def insert_memories(
@@ -208,18 +169,12 @@ class SqliteStore(Store):
     ) -> list[int]:
         """Insert memories with their vectors and keyword index rows.
 
-        ``vectors[i]`` holds memory ``i``'s windows, one row each; a 2-D
-        array is one vector per memory. Memories get increasing ``seq`` in
-        the order given; vectors go in grouped by user, which is how vec0
-        inserts fastest.
+        Vector ids come from the database's one counter; vectors go in
+        grouped by user, which is how vec0 inserts fastest.
         """
         if len(memories) == 0:
             return []
-        if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
-            vectors = [row[None, :] for row in vectors]
-        windows = [len(v) for v in vectors]
-        if any(w < 1 for w in windows) or len(vectors) != len(memories):
-            raise ValueError("every memory needs at least one vector")
+        vectors, windows = windows_of(memories, vectors)
         (last,) = self.conn.execute(
             "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'memories'), 0)"
         ).fetchone()
@@ -229,18 +184,7 @@ class SqliteStore(Store):
         for w in windows:
             first_vids.append(vid)
             vid += w
-        self.conn.executemany(
-            f"INSERT INTO memories (seq, {_MEMORY_COLUMNS}, first_vid, windows, dedupe_key) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    seq, m.id, m.tenant, m.user_id, m.content, compact_json(m.metadata),
-                    m.created_at, m.updated_at, m.expires_at, m.version, first, w,
-                    dedupe_key(m.content, m.metadata),
-                )
-                for seq, m, first, w in zip(seqs, memories, first_vids, windows, strict=True)
-            ],
-        )  # fmt: skip
+        self._insert_records(seqs, memories, first_vids, windows)
         order = sorted(
             range(len(memories)), key=lambda i: (memories[i].tenant, memories[i].user_id)
         )
@@ -275,255 +219,45 @@ class SqliteStore(Store):
         )
         return list(seqs)
 
-    def _index(self, memories: t.Iterable[tuple[int, int, str]]) -> None:
-        """Add ``(user_key, seq, content)`` to the keyword index."""
-        found = postings.of(memories)
-        self.conn.executemany(_INSERT_POSTING, found.rows)
-        self.conn.executemany(
-            "UPDATE memory_users SET terms = terms + ? WHERE user_key = ?",
-            [(total, key) for key, total in found.totals.items()],
-        )
-
-    def _unindex(self, user_key: int, seq: int, content: str) -> None:
-        """Remove one memory from the keyword index (secure_delete zeroes its rows' bytes)."""
-        keys, length = postings.keys_of(user_key, seq, content)
-        self.conn.executemany(_DELETE_POSTING, keys)
-        self.conn.execute(
-            "UPDATE memory_users SET terms = terms - ? WHERE user_key = ?", (length, user_key)
-        )
-
-    def _user_key(self, tenant: str, user_id: str) -> int:
-        (key,) = self.conn.execute(
-            "SELECT user_key FROM memory_users WHERE tenant = ? AND user_id = ?", (tenant, user_id)
-        ).fetchone()
-        return int(key)
-
-    def insert_versions(self, seq: int, versions: t.Sequence[Version]) -> None:
-        """Earlier versions of the memory ``seq`` (an import carries them over)."""
-        self.conn.executemany(
-            "INSERT INTO memory_history (memory_seq, version, content, metadata, at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            [(seq, v.version, v.content, compact_json(v.metadata), v.at) for v in versions],
-        )
-
-    def update_memory(
-        self, seq: int, previous: Memory, updated: Memory, vectors: np.ndarray | None
-    ) -> None:
-        """Replace a memory's record by ``updated``; its vectors too if ``vectors`` is given.
-
-        ``previous`` (the record as it was) goes to the memory's history.
-        """
-        self.conn.execute(
-            "INSERT INTO memory_history (memory_seq, version, content, metadata, at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (
-                seq, previous.version, previous.content, compact_json(previous.metadata),
-                previous.updated_at,
-            ),
-        )  # fmt: skip
-        self.conn.execute(
-            "UPDATE memories SET content = ?, metadata = ?, updated_at = ?, expires_at = ?, "
-            "version = ?, dedupe_key = ? WHERE seq = ?",
-            (
-                updated.content, compact_json(updated.metadata), updated.updated_at,
-                updated.expires_at, updated.version,
-                dedupe_key(updated.content, updated.metadata), seq,
-            ),
-        )  # fmt: skip
-        key = (updated.tenant, updated.user_id)
-        user_key = self._user_key(*key)
-        self.conn.execute(
-            "UPDATE memory_users SET last_write = max(last_write, ?) WHERE user_key = ?",
-            (updated.updated_at, user_key),
-        )
-        if vectors is None:
-            self.conn.execute(
-                "UPDATE memory_users SET updates = updates + 1 WHERE user_key = ?", (user_key,)
-            )
-            return
-        first_vid, windows = self.conn.execute(
-            "SELECT first_vid, windows FROM memories WHERE seq = ?", (seq,)
-        ).fetchone()
-        self._delete_vectors(first_vid, windows)
+    def _replace_vectors(
+        self,
+        tenant: str,
+        user_id: str,
+        user_key: int,
+        first_vid: int,
+        windows: int,
+        vectors: np.ndarray,
+    ) -> int:
+        self._delete_vectors(tenant, user_id, first_vid, windows)
         new_first = self._new_vids(len(vectors))
         self.conn.executemany(
             "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) VALUES (?, ?, ?, ?)",
-            [(new_first + w, *key, _blob(row)) for w, row in enumerate(vectors)],
+            [(new_first + w, tenant, user_id, _blob(row)) for w, row in enumerate(vectors)],
         )
-        self.conn.execute(
-            "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?",
-            (new_first, len(vectors), seq),
-        )
-        self._unindex(user_key, seq, previous.content)
-        self._index([(user_key, seq, updated.content)])
         self.conn.execute(
             "UPDATE memory_users SET deletes = deletes + 1, max_vid = max(max_vid, ?) "
             "WHERE user_key = ?",
             (new_first + len(vectors) - 1, user_key),
         )
-        self._erased()
+        return new_first
 
-    def _delete_vectors(self, first_vid: int, windows: int) -> None:
+    def _delete_vectors(self, tenant: str, user_id: str, first_vid: int, windows: int) -> None:
         self.conn.executemany(
             "DELETE FROM memory_vectors WHERE rowid = ?",
             [(vid,) for vid in range(first_vid, first_vid + windows)],
         )
 
-    def delete_memory(self, tenant: str, memory_id: str) -> bool:
-        """Delete a memory, its vectors, history and keyword index rows; False if none."""
-        row = self.conn.execute(
-            "DELETE FROM memories WHERE id = ? AND tenant = ? "
-            "RETURNING seq, user_id, first_vid, windows, content",
-            (memory_id, tenant),
-        ).fetchone()
-        if row is None:
-            return False
-        seq, user_id, first_vid, windows, content = row
-        self._delete_vectors(first_vid, windows)
-        user_key = self._user_key(tenant, user_id)
-        self._unindex(user_key, seq, content)
-        self.conn.execute(
-            "UPDATE memory_users SET count = count - 1, deletes = deletes + 1 WHERE user_key = ?",
-            (user_key,),
-        )
-        # A user with no memories left is forgotten, id and all (vec0 keeps
-        # a partition's emptied chunks, which hold the ids, unless told).
-        gone = self.conn.execute(
-            "DELETE FROM memory_users WHERE user_key = ? AND count = 0 RETURNING user_key",
-            (user_key,),
-        ).fetchone()
-        if gone is not None:
-            vec0.erase_partition(self.conn, tenant, user_id)
-        self._erased()
-        return True
+    def _user_erased(self, tenant: str, user_id: str) -> None:
+        # vec0 keeps a partition's emptied chunks, which hold the ids, unless told.
+        vec0.erase_partition(self.conn, tenant, user_id)
 
-    def delete_user(self, tenant: str, user_id: str) -> int:
-        """Delete every memory of one end user of one tenant; returns how many."""
-        rows = self.conn.execute(
-            "DELETE FROM memories WHERE tenant = ? AND user_id = ? "
-            "RETURNING seq, first_vid, windows",
-            (tenant, user_id),
-        ).fetchall()
-        if not rows:
-            return 0
-        erased = vec0.erase_partition(self.conn, tenant, user_id)
-        expected = sum(w for _, _, w in rows)
-        if erased != expected:  # the vectors and the records disagree: touch nothing
-            raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
-        user_key = self._user_key(tenant, user_id)
-        self.conn.execute("DELETE FROM memory_terms WHERE user_key = ?", (user_key,))
-        # The user's row goes too: back again, they are a new user (a new key).
-        self.conn.execute("DELETE FROM memory_users WHERE user_key = ?", (user_key,))
-        self._erased()
-        return len(rows)
-
-    def expired(self, now: int, limit: int) -> list[tuple[str, str]]:
-        """(tenant, id) of up to ``limit`` memories whose time is up."""
-        return self.conn.execute(
-            "SELECT tenant, id FROM memories WHERE expires_at <= ? LIMIT ?", (now, limit)
-        ).fetchall()
+    def _erase_user_vectors(self, tenant: str, user_id: str) -> int:
+        return vec0.erase_partition(self.conn, tenant, user_id)
 
     # -- memories: reads -------------------------------------------------------
-    # Only memories that have not expired at ``now`` are seen.
 
-    def get_memory(self, tenant: str, memory_id: str, now: int) -> Memory | None:
-        row = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE id = ? AND tenant = ? AND {_VISIBLE}",
-            (memory_id, tenant, now),
-        ).fetchone()
-        return _memory(row) if row else None
-
-    def locate(self, tenant: str, memory_id: str, now: int) -> tuple[int, Memory] | None:
-        """A visible memory with its ``seq``, for an update or a cursor."""
-        row = self.conn.execute(
-            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories "
-            f"WHERE id = ? AND tenant = ? AND {_VISIBLE}",
-            (memory_id, tenant, now),
-        ).fetchone()
-        return (row[0], _memory(row[1:])) if row else None
-
-    def find_duplicate(self, tenant: str, user_id: str, key: bytes, now: int) -> Memory | None:
-        """The user's oldest visible memory with this :func:`~memsvc.models.dedupe_key`."""
-        row = self.conn.execute(
-            f"SELECT {_MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-            f"AND dedupe_key = ? AND {_VISIBLE} ORDER BY seq LIMIT 1",
-            (tenant, user_id, key, now),
-        ).fetchone()
-        return _memory(row) if row else None
-
-    def page(
-        self,
-        tenant: str,
-        user_id: str,
-        now: int,
-        *,
-        before: tuple[int, int] | None = None,
-        created_after: int | None = None,
-        created_before: int | None = None,
-    ) -> t.Iterator[tuple[int, Memory]]:
-        """A user's visible memories newest first, from just after ``before`` on.
-
-        ``before`` is the ``(created_at, seq)`` of the last memory already
-        seen. Rows stream: the caller stops when it has enough.
-        """
-        where = [f"tenant = ? AND user_id = ? AND {_VISIBLE}"]
-        params: list[t.Any] = [tenant, user_id, now]
-        if before is not None:
-            where.append("(created_at < ? OR (created_at = ? AND seq < ?))")
-            params += [before[0], before[0], before[1]]
-        if created_after is not None:
-            where.append("created_at > ?")
-            params.append(created_after)
-        if created_before is not None:
-            where.append("created_at < ?")
-            params.append(created_before)
-        cursor = self.conn.execute(
-            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, seq DESC",
-            params,
-        )
-        for row in cursor:
-            yield row[0], _memory(row[1:])
-
-    def _where_owner(self, tenant: str | None, user_id: str | None) -> tuple[str, list[t.Any]]:
-        where, params = [], []
-        if tenant is not None:
-            where.append("tenant = ?")
-            params.append(tenant)
-        if user_id is not None:
-            where.append("user_id = ?")
-            params.append(user_id)
-        return " AND ".join(where) or "1", params
-
-    def count_memories(self, tenant: str | None, user_id: str | None, now: int) -> int:
-        where, params = self._where_owner(tenant, user_id)
-        (n,) = self.conn.execute(
-            f"SELECT count(*) FROM memories WHERE {where} AND {_VISIBLE}", (*params, now)
-        ).fetchone()
-        return int(n)
-
-    def all_memories(
-        self, tenant: str | None, user_id: str | None, now: int
-    ) -> t.Iterator[tuple[int, Memory, int, int]]:
-        """Visible memories (of a tenant, of a user), oldest first, with seq and vector ids."""
-        where, params = self._where_owner(tenant, user_id)
-        cursor = self.conn.execute(
-            f"SELECT seq, {_MEMORY_COLUMNS}, first_vid, windows FROM memories "
-            f"WHERE {where} AND {_VISIBLE} ORDER BY seq",
-            (*params, now),
-        )
-        for row in cursor:
-            yield row[0], _memory(row[1:10]), row[10], row[11]
-
-    def existing_ids(self, ids: t.Sequence[str]) -> set[str]:
-        """Which of these memory ids exist, in any tenant."""
-        found: set[str] = set()
-        for start in range(0, len(ids), 500):
-            chunk = list(ids[start : start + 500])
-            marks = ",".join("?" * len(chunk))
-            rows = self.conn.execute(f"SELECT id FROM memories WHERE id IN ({marks})", chunk)
-            found.update(row[0] for row in rows)
-        return found
+    def _before(self, created_at: int, seq: int) -> tuple[str, list[t.Any]]:
+        return "(created_at < ? OR (created_at = ? AND seq < ?))", [created_at, created_at, seq]
 
     def versions_size(self, seq: int) -> int:
         """Bytes of text and metadata of a memory's earlier versions, without reading them."""
@@ -534,68 +268,7 @@ class SqliteStore(Store):
         ).fetchone()
         return int(n)
 
-    def versions(self, seq: int) -> list[Version]:
-        """A memory's earlier versions, oldest first (the current one is in ``memories``)."""
-        rows = self.conn.execute(
-            "SELECT version, content, metadata, at FROM memory_history WHERE memory_seq = ? "
-            "ORDER BY version",
-            (seq,),
-        ).fetchall()
-        return [
-            Version(v, content, json.loads(meta), "add" if v == 1 else "update", at)
-            for v, content, meta, at in rows
-        ]
-
-    def memories_by_seq(self, seqs: t.Sequence[int]) -> dict[int, Memory]:
-        if not seqs:
-            return {}
-        marks = ",".join("?" * len(seqs))
-        rows = self.conn.execute(
-            f"SELECT seq, {_MEMORY_COLUMNS} FROM memories WHERE seq IN ({marks})", list(seqs)
-        ).fetchall()
-        return {row[0]: _memory(row[1:]) for row in rows}
-
     # -- search ----------------------------------------------------------------
-
-    def user_state(self, tenant: str, user_id: str) -> UserState | None:
-        """The user's change counters (see :class:`UserState`)."""
-        row = self.conn.execute(
-            "SELECT count, max_vid, deletes, updates, generation, user_key, terms "
-            "FROM memory_users WHERE tenant = ? AND user_id = ?",
-            (tenant, user_id),
-        ).fetchone()
-        return UserState(*row) if row else None
-
-    def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
-        """A user's memories whose vectors have ids above ``after_vid``, by vector id.
-
-        Expired memories are included: whether one is visible is decided at
-        search time, from ``expires_at``.
-        """
-        rows = self.conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM memories "
-            "WHERE tenant = ? AND user_id = ? AND first_vid > ? ORDER BY first_vid",
-            (tenant, user_id, after_vid),
-        ).fetchall()
-        return [Entry(*row) for row in rows]
-
-    def _entries_in(
-        self, tenant: str, user_id: str, column: str, values: t.Sequence[int]
-    ) -> t.Iterator[Entry]:
-        """The user's entries whose ``column`` is one of ``values``, 500 values a query."""
-        for start in range(0, len(values), 500):
-            chunk = [int(v) for v in values[start : start + 500]]
-            marks = ",".join("?" * len(chunk))
-            for row in self.conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-                f"AND {column} IN ({marks})",
-                (tenant, user_id, *chunk),
-            ):
-                yield Entry(*row)
-
-    def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:
-        """The user's memories with these seqs (others, and missing ones, are absent)."""
-        return {e.seq: e for e in self._entries_in(tenant, user_id, "seq", seqs)}
 
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         """The memory each of ``vids`` belongs to (a vid with no memory left is absent)."""
@@ -605,7 +278,7 @@ class SqliteStore(Store):
             if int(vid) in found:
                 continue
             row = self.conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                f"SELECT {ENTRY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
                 "AND first_vid <= ? ORDER BY first_vid DESC LIMIT 1",
                 (tenant, user_id, int(vid)),
             ).fetchone()
@@ -658,139 +331,14 @@ class SqliteStore(Store):
         out[: len(vids)] = found
         return out
 
-    def postings(self, user_key: int, terms: t.Sequence[int]) -> list[tuple[int, int, int, int]]:
-        """``(term, seq, tf, dl)`` of the user's memories holding any of ``terms``."""
-        if not terms:
-            return []
-        marks = ",".join("?" * len(terms))
-        return self.conn.execute(
-            f"SELECT term, seq, tf, dl FROM memory_terms WHERE user_key = ? AND term IN ({marks})",
-            (user_key, *terms),
-        ).fetchall()
-
-    # -- API keys -----------------------------------------------------------
-
-    def insert_key(self, key: ApiKey, secret_hash: bytes) -> None:
-        self.conn.execute(
-            f"INSERT INTO api_keys ({_KEY_COLUMNS}, secret_hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                key.id,
-                key.tenant,
-                key.key_id,
-                key.name,
-                key.created_at,
-                key.last_used_at,
-                key.revoked_at,
-                key.rate_limit,
-                key.concurrency_limit,
-                secret_hash,
-            ),
-        )
-
-    def active_keys(self, tenant: str) -> int:
-        (n,) = self.conn.execute(
-            "SELECT count(*) FROM api_keys WHERE tenant = ? AND revoked_at IS NULL", (tenant,)
-        ).fetchone()
-        return int(n)
-
-    def key_by_hash(self, secret_hash: bytes) -> ApiKey | None:
-        row = self.conn.execute(
-            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE secret_hash = ?", (secret_hash,)
-        ).fetchone()
-        return _key(row) if row else None
-
-    def get_key(self, key_id: str) -> ApiKey | None:
-        row = self.conn.execute(
-            f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)
-        ).fetchone()
-        return _key(row) if row else None
-
-    def list_keys(self, tenant: str | None = None) -> list[ApiKey]:
-        """A tenant's keys, or every key when ``tenant`` is None, oldest first."""
-        if tenant is None:
-            rows = self.conn.execute(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY tenant, created_at, rowid"
-            ).fetchall()
-        else:
-            rows = self.conn.execute(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE tenant = ? ORDER BY created_at, rowid",
-                (tenant,),
-            ).fetchall()
-        return [_key(row) for row in rows]
-
-    def keys_with_hashes(self, tenant: str | None = None) -> list[tuple[ApiKey, bytes]]:
-        where, params = ("WHERE tenant = ?", (tenant,)) if tenant is not None else ("", ())
-        rows = self.conn.execute(
-            f"SELECT {_KEY_COLUMNS}, secret_hash FROM api_keys {where} "
-            "ORDER BY tenant, created_at, rowid",
-            params,
-        ).fetchall()
-        return [(_key(row[:-1]), bytes(row[-1])) for row in rows]
-
-    def revoke_key(self, key_id: str, now: int) -> None:
-        """Mark a key revoked; a key already revoked keeps its first time."""
-        self.conn.execute(
-            "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-            (now, key_id),
-        )
-
-    def set_key_limits(
-        self, key_id: str, rate_limit: int | None, concurrency_limit: int | None
-    ) -> bool:
-        cur = self.conn.execute(
-            "UPDATE api_keys SET rate_limit = ?, concurrency_limit = ? WHERE id = ?",
-            (rate_limit, concurrency_limit, key_id),
-        )
-        return cur.rowcount == 1
-
-    def touch_key(self, key_id: str, now: int) -> None:
-        self.conn.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (now, key_id))
-
     # -- re-embedding -------------------------------------------------------
-    # New vectors are staged in a plain table, batch by batch, each batch
-    # committed: an interrupted run resumes where it stopped, and memory use
-    # stays one batch. The switch to them is one transaction at the end.
-
-    def start_reembed(self, embedder_id: str) -> None:
-        self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS reembed_staging (seq INTEGER NOT NULL, "
-            "window INTEGER NOT NULL, embedder TEXT NOT NULL, embedding BLOB NOT NULL, "
-            "PRIMARY KEY (seq, window))"
-        )
-        # Vectors staged for another model by an earlier run are useless.
-        self.conn.execute("DELETE FROM reembed_staging WHERE embedder != ?", (embedder_id,))
-
-    def unstaged_memories(self, limit: int) -> list[tuple[int, str]]:
-        """(seq, content) of memories with no staged vectors yet, oldest first."""
-        return self.conn.execute(
-            "SELECT seq, content FROM memories "
-            "WHERE seq > (SELECT coalesce(max(seq), 0) FROM reembed_staging) "
-            "ORDER BY seq LIMIT ?",
-            (limit,),
-        ).fetchall()
-
-    def stage_vectors(self, embedder_id: str, rows: list[tuple[int, np.ndarray]]) -> None:
-        """Stage each memory's new windows' vectors: ``(seq, [windows, dims])``."""
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO reembed_staging (seq, window, embedder, embedding) "
-            "VALUES (?, ?, ?, ?)",
-            [
-                (seq, w, embedder_id, _blob(vector))
-                for seq, vectors in rows
-                for w, vector in enumerate(vectors)
-            ],
-        )
 
     def switch_to_staged(self, embedder_id: str, dimensions: int) -> None:
         """Replace every vector by its staged ones and record the new model."""
         self.conn.execute("DROP TABLE memory_vectors")
         for statement in vec0.TABLE:
             self.conn.execute(vec0.render(statement, dimensions))
-        staged = self.conn.execute(
-            "SELECT m.seq, m.tenant, m.user_id, count(*) FROM reembed_staging AS s "
-            "JOIN memories AS m ON m.seq = s.seq GROUP BY m.seq ORDER BY m.seq"
-        ).fetchall()
+        staged = self._staged()
         vid = self._new_vids(sum(n for *_, n in staged))
         for seq, tenant, user_id, n in staged:
             self.conn.execute(
@@ -803,9 +351,6 @@ class SqliteStore(Store):
                 "UPDATE memories SET first_vid = ?, windows = ? WHERE seq = ?", (vid, n, seq)
             )
             vid += n
-        schema.set_meta(self.conn, "embedder", embedder_id)
-        schema.set_meta(self.conn, "dimensions", str(dimensions))
-        self.conn.execute("DROP TABLE reembed_staging")
         # Every vector changed: caches of any user must reload.
         self.conn.execute(
             "UPDATE memory_users SET generation = generation + 1, "
@@ -813,7 +358,7 @@ class SqliteStore(Store):
             "WHERE memories.tenant = memory_users.tenant "
             "AND memories.user_id = memory_users.user_id)"
         )
-        self._erased()  # the old vectors' bytes go at the next checkpoint
+        self._switched(embedder_id, dimensions)
 
 
 def _blob(vector: np.ndarray) -> bytes:

@@ -8,9 +8,9 @@ so a sqlite-vec upgrade that changes the layout fails there first.
 
 from __future__ import annotations
 
-import typing as t
-
 import numpy as np
+
+from .connection import Connection
 
 # vec0 allocates chunk_size vectors per partition (tenant + user) up front.
 # 8 is the smallest it accepts: a user with 3 memories then costs 8 slots
@@ -43,7 +43,7 @@ def render(statement: str, dimensions: int) -> str:
 
 
 def read_vectors(
-    conn: t.Any,
+    conn: Connection,
     tenant: str,
     user_id: str,
     seqs: np.ndarray,
@@ -92,7 +92,7 @@ def read_vectors(
     return out
 
 
-def erase_partition(conn: t.Any, tenant: str, user_id: str) -> int:
+def erase_partition(conn: Connection, tenant: str, user_id: str) -> int:
     """Delete every vector of one partition at once; returns how many.
 
     What deleting them one by one through vec0 leaves, without rewriting
