@@ -139,9 +139,10 @@ class Backend(abc.ABC):
     ) -> None:
         """Create or migrate the database and check that it can be served; ConfigError if not.
 
-        With ``check_embedder``, the stored vectors must come from this
-        model (only maintenance such as ``memsvc reembed`` works on
-        another's).
+        The schema must be whole (:meth:`Store.check_schema`: a restore
+        that failed half-way records the current version all the same); with
+        ``check_embedder``, the stored vectors must come from this model
+        (only maintenance such as ``memsvc reembed`` works on another's).
         ``prepare_model`` (converting a local model's weights) runs once
         the database's place is known to be usable, before the schema is
         touched. No connection is left open: none may cross a fork.
@@ -152,6 +153,7 @@ class Backend(abc.ABC):
                 prepare_model()
             store = self.store()
             store.migrate(embedder_id, dimensions)
+            store.check_schema()
             if check_embedder:
                 store.check_embedder(embedder_id, dimensions)
         except ConfigError:

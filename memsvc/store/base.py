@@ -129,6 +129,14 @@ class Store(abc.ABC):
         """Create or upgrade the schema, in its own transaction."""
 
     @abc.abstractmethod
+    def check_schema(self) -> None:
+        """:class:`~memsvc.store.schema.IncompleteSchema` if a part of the schema is missing.
+
+        A database restored only in part records the current version all the
+        same: every table, index, function and extension is looked for.
+        """
+
+    @abc.abstractmethod
     def embedder(self) -> tuple[str, int] | None:
         """The (model id, dimensions) the stored vectors come from."""
 

@@ -77,6 +77,8 @@ class SqlStore(Store):
     _INSERT_MEMORY: t.ClassVar[str] = "VALUES"
     #: Creates the re-embedding's staging table.
     _STAGING_TABLE: t.ClassVar[str]
+    #: (kind, name) of every part of the current schema, as :meth:`_schema_objects` lists them.
+    _OBJECTS: t.ClassVar[frozenset[tuple[str, str]]]
 
     _writing = False
 
@@ -99,6 +101,10 @@ class SqlStore(Store):
         raise NotImplementedError
 
     def _has_table(self, name: str) -> bool:
+        raise NotImplementedError
+
+    def _schema_objects(self) -> set[tuple[str, str]]:
+        """(kind, name) of what the database has: tables, indexes, functions, extensions..."""
         raise NotImplementedError
 
     def _vector(self, vector: np.ndarray) -> t.Any:
@@ -219,6 +225,11 @@ class SqlStore(Store):
                     else:
                         self._execute(self._render(statement, recorded_dims))
                 self._set_meta("schema_version", str(step))
+
+    def check_schema(self) -> None:
+        missing = self._OBJECTS - self._schema_objects()
+        if missing:
+            raise schema.IncompleteSchema(missing)
 
     def _render(self, statement: str, dimensions: int) -> str:
         """A migration statement with the store's values filled in (the vectors' size...)."""

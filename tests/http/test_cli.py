@@ -2,6 +2,7 @@ import pathlib
 import stat
 import subprocess
 import sys
+import typing as t
 
 import pytest
 
@@ -64,6 +65,29 @@ def test_init_db_reports_the_database(memsvc_cli, db_path):
     result = memsvc_cli("init-db")
     assert result.exit_code == 0
     assert db_path in result.stdout and "local:all-MiniLM-L6-v2 (384 dimensions)" in result.stdout
+
+
+def test_init_db_and_the_app_refuse_an_incomplete_schema_in_one_line(
+    memsvc_cli, make_app, database, store_kind
+):
+    from memsvc import ConfigError
+    from tests.support.stores import close_store
+    from tests.support.stores import open_store
+
+    assert memsvc_cli("init-db").exit_code == 0
+    s = open_store(database)
+    with s.write():
+        t.cast(t.Any, s).conn.execute("DROP TABLE memory_vectors")
+    close_store(s)
+    result = memsvc_cli("init-db")
+    assert result.exit_code == 1
+    assert "Database ready" not in result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: MEMSVC_DATABASE ")
+    assert "cannot be used: its schema is incomplete, missing " in line
+    assert "table memory_vectors" in line
+    with pytest.raises(ConfigError, match="its schema is incomplete, missing .*memory_vectors"):
+        make_app()
 
 
 def test_reembed_re_embeds_every_memory(memsvc_cli, make_app, auth, app):

@@ -79,6 +79,37 @@ def test_migrate_creates_schema_in_wal_mode_and_records_the_embedder(store, stor
     assert int(version) == SCHEMA_VERSION
 
 
+def test_a_fresh_schema_is_whole_and_lists_every_part(store, store_kind):
+    store.check_schema()
+    found = store._schema_objects()
+    assert store._OBJECTS <= found
+    # Every part a migration makes is looked for: nothing of memsvc's is left out.
+    if store_kind == "sqlite":
+        made = {(k, n) for k, n in found if not n.startswith(("sqlite_autoindex", "sqlite_seq"))}
+    else:  # the vector extension's own functions, and PL/pgSQL's, are not memsvc's
+        made = {
+            (k, n)
+            for k, n in found
+            if (k != "function" or n.startswith("memsvc_")) and (k, n) != ("extension", "plpgsql")
+        }
+    assert made == store._OBJECTS
+
+
+@pytest.mark.parametrize("missing", ["table memory_vectors", "index memories_by_user"])
+def test_a_schema_missing_a_part_is_refused_naming_it(store, store_kind, missing):
+    from memsvc.store.schema import IncompleteSchema
+
+    kind, name = missing.split()
+    with store.write():
+        store.conn.execute(f"DROP {kind.upper()} {name}")
+    store.migrate("test:hash-16", 16)  # the version is current: nothing to do
+    with pytest.raises(IncompleteSchema) as e:
+        store.check_schema()
+    assert (kind, name) in e.value.missing
+    assert str(e.value).startswith(f"its schema is incomplete, missing {missing}")
+    assert "\n" not in str(e.value)
+
+
 def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, store_kind):
     """Schema 5: users get keys and their texts' lengths, the index is rebuilt from the
     text, users left with no memories are forgotten."""

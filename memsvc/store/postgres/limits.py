@@ -402,6 +402,17 @@ SCHEMA: list[str] = [
     """,
 ]
 
+#: What :data:`SCHEMA` creates: (kind, name), as the store checks its schema.
+OBJECTS = frozenset(
+    [("table", name) for name in ("memsvc_limit_keys", "memsvc_limit_calls", "memsvc_limit_slots")]
+    + [("index", f"{name}_pkey") for name in (
+        "memsvc_limit_keys", "memsvc_limit_calls", "memsvc_limit_slots",
+    )]
+    + [("function", f"memsvc_limit_{name}") for name in (
+        "acquire", "charge", "holders", "lock", "rate", "record", "release", "sweep",
+    )]
+)  # fmt: skip
+
 _ACQUIRE: t.Final = (
     "SELECT refused, retry_after_ms, slot, ticket, holders, slots, tickets"
     " FROM memsvc_limit_acquire(%s::text, %s::integer, %s::integer, %s::text,"

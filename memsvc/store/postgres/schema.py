@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ..sql import Step
 from ..sql import build_postings
+from .limits import OBJECTS as LIMITS_OBJECTS
 from .limits import SCHEMA as LIMITS_SCHEMA
 
 #: The first schema version a PostgreSQL database can have.
@@ -129,3 +130,26 @@ def render(statement: str, dimensions: int) -> str:
     return statement.replace("{dimensions}", str(int(dimensions))).replace(
         "{text_search}", TEXT_SEARCH
     )
+
+
+#: Every part of the current schema: (kind, name) as the store lists them
+#: (:meth:`~memsvc.store.postgres.store.PgStore._schema_objects`), the indexes
+#: of constraints and the sequences of identity columns included.
+OBJECTS = frozenset(
+    [("extension", "vector"), ("sequence", "memsvc_erasures")]
+    + [("table", name) for name in (
+        "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
+        "memory_terms", "memory_vectors",
+    )]
+    + [("sequence", name) for name in (
+        "api_keys_seq_seq", "memories_seq_seq", "memory_users_user_key_seq",
+    )]
+    + [("index", name) for name in (
+        "memsvc_meta_pkey", "api_keys_pkey", "api_keys_seq_key", "api_keys_key_id_key",
+        "api_keys_secret_hash_key", "api_keys_by_tenant", "memories_pkey", "memories_id_key",
+        "memories_by_user", "memories_by_user_vid", "memories_by_dedupe_key",
+        "memories_expiring", "memory_vectors_pkey", "memory_history_pkey",
+        "memory_users_pkey", "memory_users_key", "memory_terms_pkey",
+    )]
+    + [("constraint", "memory_history_memory_seq_fkey")]
+) | LIMITS_OBJECTS  # fmt: skip

@@ -49,6 +49,7 @@ class PgStore(SqlStore):
 
     _MIGRATIONS = schema.MIGRATIONS
     _FIRST_VERSION = schema.FIRST_VERSION
+    _OBJECTS = schema.OBJECTS
     # Two processes starting at once: one creates, the other finds.
     _MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('memsvc-migrate', 0))"
     _BEGIN_WRITE = "BEGIN"
@@ -84,6 +85,20 @@ class PgStore(SqlStore):
     def _has_table(self, name: str) -> bool:
         (exists,) = self._one("SELECT to_regclass(?) IS NOT NULL", (name,))
         return bool(exists)
+
+    def _schema_objects(self) -> set[tuple[str, str]]:
+        # memsvc's names are unqualified: what counts is in the schema they resolve to.
+        rows = self._rows(
+            "SELECT CASE c.relkind WHEN 'r' THEN 'table' WHEN 'i' THEN 'index' "
+            "WHEN 'S' THEN 'sequence' ELSE c.relkind::text END, c.relname FROM pg_class AS c "
+            "WHERE c.relnamespace = current_schema()::regnamespace "
+            "UNION ALL SELECT 'function', proname FROM pg_proc "
+            "WHERE pronamespace = current_schema()::regnamespace "
+            "UNION ALL SELECT 'constraint', conname FROM pg_constraint "
+            "WHERE connamespace = current_schema()::regnamespace AND contype = 'f' "
+            "UNION ALL SELECT 'extension', extname FROM pg_extension"
+        )
+        return {(kind, name) for kind, name in rows}
 
     def _vector(self, vector: np.ndarray) -> np.ndarray:
         return _f32(vector)

@@ -185,3 +185,17 @@ MIGRATIONS: dict[int, list[Step]] = {
         "DROP TABLE memory_fts",
     ],
 }
+
+
+#: Every part of the current schema: (kind, name) as sqlite_master lists them
+#: (the indexes SQLite makes for a table's own constraints come with it).
+OBJECTS = frozenset(
+    [("table", name) for name in (
+        "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
+        "memory_terms", "memory_vectors", *vec0.SHADOW_TABLES,
+    )]
+    + [("index", name) for name in (
+        "api_keys_by_tenant", "memories_by_user", "memories_by_user_vid",
+        "memories_by_dedupe_key", "memories_expiring", "memory_vectors_chunks_by_partition",
+    )]
+)  # fmt: skip

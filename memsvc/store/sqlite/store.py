@@ -32,6 +32,7 @@ class SqliteStore(SqlStore):
 
     _MIGRATIONS = schema.MIGRATIONS
     _FIRST_VERSION = 1
+    _OBJECTS = schema.OBJECTS
     # IMMEDIATE: take the write lock up front, so a writer waits for it
     # (busy_timeout) rather than failing half-way.
     _BEGIN_WRITE = "BEGIN IMMEDIATE"
@@ -67,6 +68,9 @@ class SqliteStore(SqlStore):
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
         ).fetchone()
         return row is not None
+
+    def _schema_objects(self) -> set[tuple[str, str]]:
+        return set(self.conn.execute("SELECT type, name FROM sqlite_master").fetchall())
 
     def _vector(self, vector: np.ndarray) -> bytes:
         return _blob(vector)

@@ -36,6 +36,15 @@ TABLE = [
 ]
 
 
+#: The tables vec0 keeps ``memory_vectors`` in.
+SHADOW_TABLES = (
+    "memory_vectors_chunks",
+    "memory_vectors_info",
+    "memory_vectors_rowids",
+    "memory_vectors_vector_chunks00",
+)
+
+
 def render(statement: str, dimensions: int) -> str:
     return statement.replace("{dimensions}", str(int(dimensions))).replace(
         "{chunk_size}", str(CHUNK_SIZE)
