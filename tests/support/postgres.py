@@ -117,6 +117,16 @@ def _tail(path: str, lines: int = 30) -> str:
         return ""
 
 
+def client_programs() -> str:
+    """The folder of the pgserver build's own programs (psql, pg_dump, pg_restore, createdb).
+
+    The same version as the server: a system's pg_dump refuses a newer server.
+    """
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    return str(POSTGRES_BIN_PATH)
+
+
 def fresh_database(name_hint: str) -> str:
     """Create a new, empty database (named after ``name_hint``); returns its URL."""
     srv = server()
