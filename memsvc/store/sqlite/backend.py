@@ -12,7 +12,7 @@ from ...limits import default_directory
 from ..backend import Backend
 from ..backend import DatabaseInUse
 from ..backend import StorageFailures
-from . import backup
+from .backup import backup as copy_database
 from .connection import Database
 from .store import SqliteStore
 
@@ -128,7 +128,7 @@ class SqliteBackend(Backend):
         """SQLite's online backup: one moment's snapshot, taken while writers go on."""
         if os.path.exists(path) and not replace:
             raise FileExistsError(path)
-        return backup.backup(self.db.connection(), path)
+        return copy_database(self.db.connection(), path)
 
 
 def create_private(path: str) -> None:
