@@ -13,6 +13,7 @@ each database does for health and erasure.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import itertools
 import json
@@ -84,32 +85,33 @@ class SqlStore(Store):
 
     # -- what each store says in its own way ----------------------------------------
 
+    @abc.abstractmethod
     def _execute(self, query: str, params: t.Sequence[t.Any] | None = None) -> Cursor:
         """Run one statement written with ``?`` placeholders."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _many(self, query: str, rows: t.Iterable[t.Sequence[t.Any]]) -> None:
         """Run one statement written with ``?`` placeholders once per row."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _any(self, column: str, values: t.Sequence[t.Any]) -> list[tuple[str, list[t.Any]]]:
         """``column`` is one of ``values``: a condition and its parameters per query to run.
 
         No query at all for no values; SQLite needs one ``?`` per value, so a
         long list takes several.
         """
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _has_table(self, name: str) -> bool:
-        raise NotImplementedError
+        """Whether the database has this table."""
 
+    @abc.abstractmethod
     def _schema_objects(self) -> set[tuple[str, str]]:
         """(kind, name) of what the database has: tables, indexes, functions, extensions..."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _vector(self, vector: np.ndarray) -> t.Any:
         """A float32 vector as the store's driver sends it."""
-        raise NotImplementedError
 
     def _can_roll_back(self) -> bool:
         return self.in_transaction()
@@ -231,9 +233,9 @@ class SqlStore(Store):
         if missing:
             raise schema.IncompleteSchema(missing)
 
+    @abc.abstractmethod
     def _render(self, statement: str, dimensions: int) -> str:
         """A migration statement with the store's values filled in (the vectors' size...)."""
-        raise NotImplementedError
 
     def embedder(self) -> tuple[str, int] | None:
         if not self._has_table("memsvc_meta"):
@@ -361,6 +363,7 @@ class SqlStore(Store):
         self._index([(user_key, seq, updated.content)])
         self._erased()
 
+    @abc.abstractmethod
     def _replace_vectors(
         self,
         tenant: str,
@@ -372,22 +375,22 @@ class SqlStore(Store):
     ) -> int:
         """A memory's vectors replaced by new ones under new ids (and counted: ``deletes``,
         ``max_vid``); returns the first new id."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _delete_vectors(self, tenant: str, user_id: str, first_vid: int, windows: int) -> None:
-        raise NotImplementedError
+        """Delete one memory's vectors, ids ``first_vid`` to ``first_vid + windows - 1``."""
 
+    @abc.abstractmethod
     def _erase_user_vectors(self, tenant: str, user_id: str) -> int:
         """Delete every vector of one user at once; returns how many."""
-        raise NotImplementedError
 
     def _user_erased(self, tenant: str, user_id: str) -> None:
         """The user's last memory went with its vectors: anything of theirs still left goes."""
         return None
 
+    @abc.abstractmethod
     def _erased(self) -> None:
         """Count an erasure (see :meth:`erasures`)."""
-        raise NotImplementedError
 
     def delete_memory(self, tenant: str, memory_id: str) -> bool:
         self._lock_owner(tenant, memory_id)
@@ -471,9 +474,9 @@ class SqlStore(Store):
         )
         return memory_of(row) if row else None
 
+    @abc.abstractmethod
     def _before(self, created_at: int, seq: int) -> tuple[str, list[t.Any]]:
         """Ordered by (created_at, seq): rows before this one."""
-        raise NotImplementedError
 
     def page(
         self,
