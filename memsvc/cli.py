@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import sys
 import time
 import typing as t
@@ -36,7 +35,7 @@ from .store import BackupError
 from .store import BackupRefused
 from .store import DatabaseInUse
 from .store import Store
-from .store import is_postgres
+from .store import open_backend
 from .text import InvalidText
 from .text import check_text
 from .text import shown
@@ -361,23 +360,24 @@ def export_command(ctx: Context, path: str, tenant: str | None, user_id: str | N
 
 
 class _NewDatabase:
-    """A SQLite database a command is about to create, removed again if the command fails.
+    """A database a command is about to create, removed again if the command fails.
 
-    Made before the command's runtime creates the file; :meth:`watch` once
-    it has. If the command then fails (it never reached :meth:`keep`) and
-    wrote nothing to the database, the file goes, with its -wal and -shm
-    files, the limiter's folder made for it and an instance folder made for
-    it (if nothing else is in it): a refused import leaves nothing behind.
+    Made before the command's runtime creates the database; :meth:`watch`
+    once it has. If the command then fails (it never reached :meth:`keep`)
+    and wrote nothing to the database, the database goes with what was made
+    for it (:meth:`~memsvc.store.Backend.remove`) and an instance folder
+    made for it (if nothing else is in it): a refused import leaves nothing
+    behind. Only a SQLite file is ever new: memsvc never creates a
+    PostgreSQL database.
     """
 
     def __init__(self, ctx: Context):
-        database = ctx.settings()["DATABASE"]
-        self.path = None if is_postgres(database) or os.path.lexists(database) else database
+        self.new = not open_backend(ctx.settings(), ctx.instance).exists()
         self.instance = None if os.path.lexists(ctx.instance) else ctx.instance
         self.kept = False
 
     def watch(self, rt: Runtime) -> None:
-        if self.path is not None:
+        if self.new:
             # Runs before the runtime's own close (click closes in reverse order).
             click.get_current_context().call_on_close(lambda: self._discard(rt))
 
@@ -385,7 +385,7 @@ class _NewDatabase:
         self.kept = True
 
     def _discard(self, rt: Runtime) -> None:
-        if self.kept or self.path is None:
+        if self.kept or not self.new:
             return
         try:
             store = rt.store()
@@ -393,13 +393,8 @@ class _NewDatabase:
                 return  # written to: an interrupted import carries on from here
         except Exception:
             return  # what it holds is unknown: it stays
-        limits = None if rt.settings["LIMITS_DIR"] else rt.limiter.directory
         rt.close()
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path + suffix)
-        if limits is not None:
-            shutil.rmtree(limits, ignore_errors=True)
+        rt.backend.remove()
         if self.instance is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(self.instance)  # only if empty

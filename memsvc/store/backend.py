@@ -127,6 +127,14 @@ class Backend(abc.ABC):
         """Close every connection and let go of the database (see :meth:`hold_for_serving`)."""
         self.disconnect()
 
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """Whether the database is there already (else :meth:`prepare` creates it)."""
+
+    @abc.abstractmethod
+    def remove(self) -> None:
+        """After :meth:`close`: delete a database memsvc created, and what was made for it."""
+
     # -- getting ready, and who uses the database --------------------------------------
 
     def prepare(

@@ -51,6 +51,13 @@ class PostgresBackend(Backend):
     def disconnect(self) -> None:
         self.db.close()
 
+    def exists(self) -> bool:
+        # memsvc never creates a PostgreSQL database: its operator does.
+        return True
+
+    def remove(self) -> None:
+        return None  # the database is its operator's
+
     # -- who uses the database ---------------------------------------------------------
 
     def hold_for_serving(self) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import shutil
 
 from ...errors import ConfigError
 from ...limits import Limiter
@@ -85,6 +87,18 @@ class SqliteBackend(Backend):
         if self._serving_lock is not None:
             os.close(self._serving_lock)
             self._serving_lock = None
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.path)
+
+    def remove(self) -> None:
+        """The file, its -wal, -shm and -journal, and the limiter's folder if it was memsvc's
+        choice (not MEMSVC_LIMITS_DIR's)."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + suffix)
+        if self.limits_dir is None and self._limiter is not None:
+            shutil.rmtree(self._limiter.directory, ignore_errors=True)
 
     # -- getting ready, and who uses the database --------------------------------------
 
