@@ -67,16 +67,11 @@ def test_list_shows_every_key_of_the_tenant_only(client):
     assert listed(client, "tenant-C") == []
 
 
-def test_list_takes_no_input_and_ignores_any_object(client):
-    resp = client.get('/trpc/keys.list?input={"whatever":1}', headers=bearer())
-    assert data(resp) == []
-
-
-@pytest.mark.parametrize("raw, received", [("5", "number"), ("[1,2]", "array"), ('"s"', "string")])
-def test_list_refuses_an_input_that_is_not_an_object(client, raw, received):
+@pytest.mark.parametrize("raw", ['{"whatever":1}', "5", "[1,2]", '"s"', "null"])
+def test_list_takes_no_input_and_ignores_any(client, raw):
+    # As a tRPC procedure that declares no input: what a call carries is ignored.
     resp = client.get("/trpc/keys.list", query_string={"input": raw}, headers=bearer())
-    error = assert_error(resp, 400, "BAD_REQUEST", "keys.list")
-    assert error["message"] == f"Invalid input: expected object, received {received}"
+    assert data(resp) == []
 
 
 def test_last_used_is_set_by_memory_calls(client):
