@@ -90,7 +90,7 @@ class Runtime:
             self.embedder.model_id,
             self.embedder.dimensions,
             check_embedder=check_embedder,
-            prepare_model=getattr(self.embedder, "prepare", None),
+            prepare_model=self.embedder.prepare,
         )
 
     def close(self) -> None:
