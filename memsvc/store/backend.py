@@ -87,6 +87,16 @@ class StorageFailures:
                 os.unlink(path)
 
 
+class Connections(t.Protocol):
+    """A backend's connections, one per thread (each store's ``connection`` module)."""
+
+    def release(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class Backend(abc.ABC):
     """One database of one kind (SQLite or PostgreSQL) and everything that goes with it."""
 
@@ -94,6 +104,8 @@ class Backend(abc.ABC):
     kind: t.ClassVar[str]
     #: What failed in storage lately (see :class:`StorageFailures`).
     failures: StorageFailures
+    #: Its connections.
+    db: Connections
 
     @property
     @abc.abstractmethod
@@ -111,17 +123,17 @@ class Backend(abc.ABC):
     def store(self) -> Store:
         """A store on this thread's connection (until :meth:`release`)."""
 
-    @abc.abstractmethod
     def release(self) -> None:
         """This thread is done with its store for now (the end of a request)."""
+        self.db.release()
 
-    @abc.abstractmethod
     def discard(self) -> None:
         """Close this thread's connection (it failed); the next store gets a new one."""
+        self.db.discard()
 
-    @abc.abstractmethod
     def disconnect(self) -> None:
         """Close every connection; only while no request is using one. They reopen on use."""
+        self.db.close()
 
     def close(self) -> None:
         """Close every connection and let go of the database (see :meth:`hold_for_serving`)."""

@@ -18,6 +18,7 @@ class PostgresBackend(Backend):
     """A PostgreSQL database: a pool per process, the limiter's tables, servers by name."""
 
     kind = "PostgreSQL"
+    db: PgDatabase
 
     def __init__(self, url: str, *, max_size: int):
         self.url = url
@@ -41,15 +42,6 @@ class PostgresBackend(Backend):
 
     def store(self) -> PgStore:
         return PgStore(self.db.connection())
-
-    def release(self) -> None:
-        self.db.release()
-
-    def discard(self) -> None:
-        self.db.discard()
-
-    def disconnect(self) -> None:
-        self.db.close()
 
     def exists(self) -> bool:
         # memsvc never creates a PostgreSQL database: its operator does.

@@ -39,7 +39,7 @@ class SqliteBackend(Backend):
         self.path = path
         self.instance_path = instance_path
         self.limits_dir = limits_dir
-        self.db = Database(
+        self.db: Database = Database(
             path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, mmap_mb=mmap_mb
         )
         self._limiter: Limiter | None = None
@@ -72,15 +72,6 @@ class SqliteBackend(Backend):
 
     def store(self) -> SqliteStore:
         return SqliteStore(self.db.connection())
-
-    def release(self) -> None:
-        self.db.release()
-
-    def discard(self) -> None:
-        self.db.discard()
-
-    def disconnect(self) -> None:
-        self.db.close()
 
     def close(self) -> None:
         self.disconnect()
