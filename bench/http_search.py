@@ -40,6 +40,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 from bench.report import recording  # noqa: E402
+from memsvc.store import connect  # noqa: E402
 from tests.support.servers import start_server  # noqa: E402
 
 TOPICS = [
@@ -127,30 +128,47 @@ def populate(db_path: str, n: int) -> None:
 
 
 def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
-    """Median time of each stage of one search, in-process."""
+    """Median time of each stage of one cached-query search, in-process."""
     import statistics
 
+    from werkzeug.test import EnvironBuilder
+
+    from bench.bare_app import app as bare_app
     from memsvc import clock
     from memsvc import create_app
+    from memsvc.api import outputs
+    from memsvc.api import schemas
     from memsvc.api.context import store
+    from memsvc.api.trpc import _dump
+    from memsvc.api.trpc import parse_json
     from memsvc.limits import Limits
     from memsvc.search import Scope
     from memsvc.search import nearest
     from memsvc.services import keys as key_service
 
-    app = create_app(
-        {
-            "DATABASE": db_path,
-            "LIMITS_DIR": os.path.join(tmp, "limits-inproc"),
-            "QUERY_CACHE_ENTRIES": 0,
-        }
-    )
+    app = create_app({"DATABASE": db_path, "LIMITS_DIR": os.path.join(tmp, "limits-inproc")})
     rt = app.extensions["memsvc"]
-    client = app.test_client()
     qs = queries(200)
+    inputs = [json.dumps({"userId": "u", "query": q, "threshold": 0}) for q in qs]
+    # Each request as gunicorn hands it over: a WSGI environ, no test client.
+    environs = [
+        EnvironBuilder(
+            path="/trpc/memory.search",
+            query_string="input=" + urllib.parse.quote(i),
+            headers={"x-api-key": key},
+        ).get_environ()
+        for i in inputs
+    ]
 
-    def median(fn, reps=200):
-        fn(0)
+    def call(wsgi_app, environ) -> bytes:
+        statuses = []
+        body = b"".join(wsgi_app(dict(environ), lambda status, headers: statuses.append(status)))
+        assert statuses[0].startswith("200"), body
+        return body
+
+    def median(fn, reps=400):
+        for i in range(len(qs)):
+            fn(i)  # warm: every query embedded and cached
         times = []
         for i in range(reps):
             started = time.perf_counter()
@@ -158,36 +176,47 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
             times.append(time.perf_counter() - started)
         return statistics.median(times) * 1000
 
-    def request(i):
-        payload = json.dumps({"userId": "u", "query": qs[i % len(qs)], "threshold": 0})
-        resp = client.get(
-            "/trpc/memory.search?input=" + urllib.parse.quote(payload), headers={"x-api-key": key}
-        )
-        assert resp.status_code == 200, resp.data
-
-    total = median(request)
-    embed = median(lambda i: rt.embedder.embed([qs[i % len(qs)]]))
-    vectors = [rt.embedder.embed([q])[0] for q in qs]
+    total = median(lambda i: call(app, environs[i % len(environs)]))
+    bare = median(lambda i: call(bare_app, environs[i % len(environs)]))
+    embedder = rt.query_embedder("bench")
+    embed = median(lambda i: embedder.embed([qs[i % len(qs)]]))
+    vectors = [embedder.embed([q])[0] for q in qs]
+    schema = schemas.SearchInput()
     with app.app_context():
+        parse = median(lambda i: schema.load(parse_json(inputs[i % len(inputs)])))
         s = store()
 
         def search(i):
             scope = Scope(clock.now_ms())
-            nearest(s, rt.search_cache, "bench", "u", vectors[i % len(vectors)], 10, 0.0, scope)
+            vector = vectors[i % len(vectors)]
+            return nearest(s, rt.search_cache, "bench", "u", vector, 10, 0, scope)
 
+        found = [search(i) for i in range(len(vectors))]
         cache = median(search)
         auth = median(lambda i: key_service.verify(s, key))
+        verified = key_service.verify(s, key)
+        used = median(lambda i: key_service.record_use(s, verified, clock.now_ms(), 60_000))
+        serialise = median(
+            lambda i: _dump(outputs.search_results(outputs.SearchAnswer(found[i % len(found)])))
+        )
     limits = median(
         lambda i: rt.limiter.release("k", rt.limiter.acquire("k", Limits(100_000, 1000)))
     )
-    rest = total - embed - cache - auth - limits
-    return [
-        ("whole request (Flask test client)", total),
-        ("embedding the query (local model)", embed),
-        ("search: counters, scan, exact rank, rows", cache),
+    stages = [
         ("API key check", auth),
         ("limits (acquire + release)", limits),
-        ("the rest: wire, Flask, validation, JSON", rest),
+        ("lastUsedAt (within its resolution)", used),
+        ("input: JSON and validation", parse),
+        ("query embedding (cached)", embed),
+        ("search: transaction, scan, rank, rows", cache),
+        ("answer: shaping and JSON", serialise),
+    ]
+    rest = total - bare - sum(ms for _, ms in stages)
+    return [
+        ("whole request (WSGI call)", total),
+        ("the bare app's whole request", bare),
+        *stages,
+        ("the rest: wire, middleware, Flask beyond bare", rest),
     ]
 
 
@@ -238,16 +267,36 @@ def main() -> None:
             name: lua_script(tmp / f"{i}.lua", key, paths)
             for i, (name, _, key) in enumerate(servers)
         }
-        # Warm each: model loaded, caches filled, connections open.
+        cached_name, cached, cached_key = servers[2]
+        ids = [
+            row[0]
+            for row in connect(cached.env["MEMSVC_DATABASE"]).execute(
+                "SELECT id FROM memories ORDER BY seq LIMIT 200"
+            )
+        ]
+        get_lua = lua_script(
+            tmp / "get.lua",
+            cached_key,
+            [
+                "/trpc/memory.getById?input="
+                + urllib.parse.quote(json.dumps({"userId": "u", "id": memory_id}))
+                for memory_id in ids
+            ],
+        )
+        # Warm each: model loaded, connections open; the query-cache server
+        # until both workers have seen every query several times.
         for name, server, _ in servers:
-            wrk(server.url, luas[name], 4, 2)
+            wrk(server.url, luas[name], 8, 8 if server is cached else 2)
+        wrk(cached.url, get_lua, 4, 1)
         wrk(bare.url, luas[servers[0][0]], 4, 1)
         results: dict[tuple[str, int], tuple[float, float, int]] = {}
         for c in levels:
             for name, server, _ in servers:
                 results[(name, c)] = wrk(server.url, luas[name], c, args.seconds)
             results[("bare", c)] = wrk(bare.url, luas[servers[0][0]], c, args.seconds)
-        stages = breakdown(servers[1][1].env["MEMSVC_DATABASE"], servers[1][2], str(tmp))
+            results[("getById", c)] = wrk(cached.url, get_lua, c, args.seconds)
+            results[("bare getById", c)] = wrk(bare.url, get_lua, c, args.seconds)
+        stages = breakdown(cached.env["MEMSVC_DATABASE"], cached_key, str(tmp))
 
     print(
         f"memory.search, user with {args.memories} memories, bundled model; gunicorn "
@@ -267,7 +316,22 @@ def main() -> None:
                 f"{rps / bare_rps:>8.2f}{bad:>9}"
             )
     print()
-    print("where one search's time goes now (in-process medians, new forward, no query cache):")
+    print("memory.getById (200 ids), query-cache server against the bare app")
+    print(f"{'server':<26}{'connections':>12}{'req/s':>9}{'p50 ms':>9}{'x bare':>8}{'non-2xx':>9}")
+    for c in levels:
+        bare_rps = results[("bare getById", c)][0]
+        for name in ("getById", "bare getById"):
+            rps, p50, bad = results[(name, c)]
+            print(f"{name:<26}{c:>12}{rps:>9.0f}{p50:>9.1f}{rps / bare_rps:>8.2f}{bad:>9}")
+    one = levels[0]
+    print()
+    print(
+        f"at {one} connection(s): cached-query search "
+        f"{results[(cached_name, one)][0] / results[('bare', one)][0]:.2f}x the bare app, "
+        f"getById {results[('getById', one)][0] / results[('bare getById', one)][0]:.2f}x"
+    )
+    print()
+    print("where one cached-query search's time goes (in-process medians):")
     total = stages[0][1]
     for name, ms in stages:
         print(f"  {name:<44}{ms:>8.3f} ms{ms / total:>7.0%}")

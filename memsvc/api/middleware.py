@@ -113,11 +113,12 @@ def limited(call: Call) -> t.Iterator[None]:
     up nothing.
     """
     rt = runtime()
-    key = call.caller.key
+    caller = call.caller
+    key = caller.key
     limits = limits_of(key, rt.default_limits)
     try:
         token = rt.limiter.acquire(key.id, limits)
-        call.caller = dataclasses.replace(call.caller, counted=limits)
+        call.caller = Caller(caller.tenant, key, limits)
     except Refused as e:
         raise TooManyRequests(e.message, headers={"Retry-After": str(e.retry_after)}) from None
     except Exception as e:
@@ -196,11 +197,15 @@ def record_use(call: Call) -> t.Iterator[None]:
     Best effort: a database that takes no writes (read-only, full) still
     answers reads; the write that failed is logged, and the call goes on.
     """
-    if not g.get("memsvc_key_used"):
+    key = call.caller.key
+    now = clock.now_ms()
+    resolution_ms = current_app.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
+    # Most calls come within the resolution of the key's last use: nothing
+    # to write, and nothing to look up.
+    if keys.needs_use_recorded(key, now, resolution_ms) and not g.get("memsvc_key_used"):
         g.memsvc_key_used = True
-        resolution_ms = current_app.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
         try:
-            keys.record_use(store(), call.caller.key, clock.now_ms(), resolution_ms)
+            keys.record_use(store(), key, now, resolution_ms)
         except Exception as e:
             problem = storage_problem(e)
             if problem is None:

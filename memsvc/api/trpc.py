@@ -379,8 +379,12 @@ def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
     return {"error": {"message": message, "code": error.code, "data": data}}
 
 
+# One encoder for every answer: json.dumps with options builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _dump(value: t.Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def _text_response(text: str, status: int, headers: dict[str, str] | None) -> Response:

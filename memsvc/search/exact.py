@@ -27,17 +27,27 @@ def _row_similarity(vectors: np.ndarray, query: np.ndarray) -> tuple[np.ndarray,
     """Float64 cosine of each row with ``query`` (unclamped), and which rows are all zero."""
     q = np.asarray(query, dtype=np.float64)
     q_norm = np.sqrt(np.sum(q * q))
-    out = np.zeros(len(vectors), dtype=np.float64)
-    zero = np.zeros(len(vectors), dtype=bool)
+    if len(vectors) <= _BLOCK:
+        # The usual case, a search's few candidates: the same arithmetic in
+        # one block, without the copies the loop below makes.
+        return _block_similarity(np.asarray(vectors, dtype=np.float64), q, q_norm)
+    out = np.empty(len(vectors), dtype=np.float64)
+    zero = np.empty(len(vectors), dtype=bool)
     for start in range(0, len(vectors), _BLOCK):
         v = np.asarray(vectors[start : start + _BLOCK], dtype=np.float64)
-        dots = np.sum(v * q, axis=1)
-        norms = np.sqrt(np.sum(v * v, axis=1)) * q_norm
-        out[start : start + len(v)] = np.divide(
-            dots, norms, out=np.zeros_like(dots), where=norms > 0
-        )
-        zero[start : start + len(v)] = norms == 0
+        out[start : start + len(v)], zero[start : start + len(v)] = _block_similarity(v, q, q_norm)
     return out, zero
+
+
+def _block_similarity(
+    v: np.ndarray, q: np.ndarray, q_norm: np.floating
+) -> tuple[np.ndarray, np.ndarray]:
+    dots = np.sum(v * q, axis=1)
+    norms = np.sqrt(np.sum(v * v, axis=1)) * q_norm
+    zero = norms == 0
+    if zero.any():
+        norms[zero] = 1.0  # dots are 0 there too: the similarity is 0
+    return dots / norms, zero
 
 
 def exact_similarity(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -59,10 +69,15 @@ def similarities(
     A memory with an all-zero row (being deleted, see :func:`rank`) scores -1.
     """
     rows, zero = _row_similarity(vectors, query)
-    sims = np.full(count, -np.inf)
-    np.maximum.at(sims, owner, rows)
-    gone = np.zeros(count, dtype=bool)
-    np.logical_or.at(gone, owner, zero)
+    if len(rows) == count:
+        # One row per memory (owner is 0, 1, 2, ...): no grouping needed;
+        # ufunc.at is slow on the few rows a search ranks.
+        sims, gone = rows, zero
+    else:
+        sims = np.full(count, -np.inf)
+        np.maximum.at(sims, owner, rows)
+        gone = np.zeros(count, dtype=bool)
+        np.logical_or.at(gone, owner, zero)
     out = np.clip(sims, 0.0, 1.0)
     out[gone] = -1.0
     return out

@@ -62,13 +62,18 @@ def verify(store: Store, secret: str) -> ApiKey:
     return key
 
 
+def needs_use_recorded(key: ApiKey, now: int, resolution_ms: int) -> bool:
+    """Whether a use of ``key`` at ``now`` moves its lastUsedAt (see :func:`record_use`)."""
+    return key.last_used_at is None or now - key.last_used_at >= resolution_ms
+
+
 def record_use(store: Store, key: ApiKey, now: int, resolution_ms: int) -> None:
     """Set the key's lastUsedAt to ``now``, unless it is less than ``resolution_ms`` old.
 
     A busy key then costs one small write per ``resolution_ms``, not one
     per call.
     """
-    if key.last_used_at is not None and now - key.last_used_at < resolution_ms:
+    if not needs_use_recorded(key, now, resolution_ms):
         return
     with store.write():
         store.touch_key(key.id, now)
