@@ -32,8 +32,8 @@ def filter_components() -> dict[str, Json]:
     operand: dict[str, Json] = {
         "eq": {},
         "ne": {},
-        "in": {"type": "array"},
-        "nin": {"type": "array"},
+        "in": {"type": "array", "items": {}},
+        "nin": {"type": "array", "items": {}},
         "gt": ordered,
         "gte": ordered,
         "lt": ordered,
@@ -64,6 +64,7 @@ def filter_components() -> dict[str, Json]:
             "anyOf": [
                 {
                     "type": ["string", "number", "boolean", "null", "array"],
+                    "items": {},
                     "description": 'Equality (typed: 1, "1" and true differ).',
                 },
                 *operators,

@@ -137,19 +137,9 @@ def _error_responses() -> Json:
 
 def _operation(proc: Procedure, input_name: str | None) -> Json:
     router, _, name = proc.path.partition(".")
-    result = {
-        "type": "object",
-        "properties": {
-            "result": {
-                "type": "object",
-                "properties": {"data": proc.output.schema},
-                "required": ["data"],
-                "additionalProperties": False,
-            }
-        },
-        "required": ["result"],
-        "additionalProperties": False,
-    }
+    result = wire.object_schema(
+        {"result": wire.object_schema({"data": proc.output.schema}, ["data"])}, ["result"]
+    )
     op: Json = {
         "operationId": router + name[:1].upper() + name[1:],
         "summary": f"{proc.path} ({proc.type})",
@@ -168,7 +158,10 @@ def _operation(proc: Procedure, input_name: str | None) -> Json:
                     "name": "input",
                     "in": "query",
                     "required": not proc.input_optional,
-                    "description": "The input object as JSON, URL-encoded.",
+                    "description": "The input object as JSON, URL-encoded: "
+                    '?input=%7B%22userId%22%3A%22alice%22%7D for {"userId":"alice"}. '
+                    "Not as form fields (?userId=alice) nor as a deep object "
+                    "(?input[userId]=alice).",
                     "content": {JSON: body},
                 }
             ]
@@ -195,8 +188,19 @@ body: `GET /trpc/memory.getAll,memory.getById?batch=1&input={"0":{...},"1":{...}
 is an array with one envelope per call, in order; its status is the calls' common status, or
 207 when they differ. At most {max_batch} calls per batch.
 
+**Compatibility.** A later memsvc may add fields to any answer (it has added `expiresAt`
+and `matchedBy`), so answers' objects do not forbid other properties: a client should ignore
+fields it does not know. In inputs, a field the server does not know is ignored, as tRPC's
+validators do.
+
 Limits and defaults shown are this server's settings.
 """
+
+
+# Any request can be refused before it reaches its route, /health's too: a
+# malformed HTTP request is answered 400 in the error envelope by memsvc's
+# worker (memsvc/serving/worker.py).
+_MALFORMED = {"$ref": "#/components/responses/BadRequest"}
 
 
 def document(app: Flask) -> Json:
@@ -229,6 +233,7 @@ def document(app: Flask) -> Json:
             "security": [],
             "responses": {
                 "200": {"description": "Up.", "content": {JSON: {"schema": health.HEALTH.ref}}},
+                "400": _MALFORMED,
                 "503": {
                     "description": "The database cannot be read.",
                     "content": {JSON: {"schema": health.HEALTH.ref}},
@@ -246,7 +251,8 @@ def document(app: Flask) -> Json:
                 "200": {
                     "description": "OpenAPI 3.1.",
                     "content": {JSON: {"schema": {"type": "object"}}},
-                }
+                },
+                "400": _MALFORMED,
             },
         }
     }

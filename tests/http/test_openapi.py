@@ -14,6 +14,7 @@ import json
 import time
 
 import pytest
+from jsonschema import Draft202012Validator
 from marshmallow import fields
 from marshmallow import validate
 from openapi_spec_validator import validate as validate_spec
@@ -370,8 +371,53 @@ def test_health_answers_what_the_document_says(client, doc):
     assert problems(doc, schema["schema"], body) == []
 
 
+def test_answers_take_fields_a_later_memsvc_adds(doc):
+    # A client generated from today's document must read tomorrow's answers.
+    def open_objects(node: object) -> int:
+        if isinstance(node, list):
+            return sum(open_objects(n) for n in node)
+        if not isinstance(node, dict):
+            return 0
+        assert node.get("additionalProperties") is not False, node
+        return ("properties" in node) + sum(open_objects(v) for v in node.values())
+
+    schemas = doc["components"]["schemas"]
+    answers = [op["responses"] for methods in doc["paths"].values() for op in methods.values()]
+    assert open_objects(answers) >= len(doc["paths"]) - 1  # every result envelope
+    assert open_objects([schemas[n] for n in ("Memory", "SearchResult", "ErrorEnvelope")]) > 3
+    assert "**Compatibility.**" in doc["info"]["description"]
+    memory = {
+        "id": MISSING_ID,
+        "content": "x",
+        "userId": "u",
+        "idpUserId": "t",
+        "metadata": {},
+        "createdAt": "2026-11-23T04:08:00.123Z",
+        "updatedAt": "2026-11-23T04:08:00.123Z",
+        "addedLater": 1,
+    }
+    schema = {"$ref": "#/components/schemas/Memory", "components": doc["components"]}
+    assert list(Draft202012Validator(schema).iter_errors(memory)) == []
+
+
+def test_every_array_schema_says_what_it_holds(doc):
+    def arrays(node: object, where: str) -> list[str]:
+        if isinstance(node, list):
+            return [a for i, n in enumerate(node) for a in arrays(n, f"{where}/{i}")]
+        if not isinstance(node, dict):
+            return []
+        kind = node.get("type")
+        found = [where] if (kind == "array" or "array" in (kind or [])) else []
+        assert not found or "items" in node, where
+        return found + [a for k, v in node.items() for a in arrays(v, f"{where}/{k}")]
+
+    found = arrays(doc, "#")
+    assert "#/components/schemas/FilterCondition/anyOf/0" in found
+
+
 def test_an_answer_with_an_undescribed_field_would_fail(doc):
-    # Answers are described field by field: one the server added would be caught.
+    # Today's answers are held to exactly their described fields (problems()
+    # closes the document's open objects): one the server added would be caught.
     memory = {
         "id": MISSING_ID,
         "content": "x",
