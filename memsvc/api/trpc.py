@@ -67,6 +67,9 @@ class _Undefined:
 
 UNDEFINED = _Undefined()
 
+#: How a query takes its input, told to a query that came without one.
+QUERY_INPUT_HINT = "send ?input=<URL-encoded JSON object>"
+
 
 @dataclasses.dataclass
 class Call:
@@ -239,7 +242,12 @@ def _execute(call: Call) -> t.Any:
             if raw is UNDEFINED and proc.input_optional:
                 raw = {}
             if not isinstance(raw, dict):
-                raise BadRequest(f"Invalid input: expected object, received {_js_type(raw)}")
+                message = f"Invalid input: expected object, received {_js_type(raw)}"
+                if raw is UNDEFINED and request.method == "GET" and not call.inputs.is_batch:
+                    # Flat (?userId=...) and deep-object (?input[userId]=...)
+                    # parameters, as OpenAPI generators send them, end here too.
+                    message += f"; {QUERY_INPUT_HINT}"
+                raise BadRequest(message)
             try:
                 params = proc.input.load(raw)
             except ValidationError as e:

@@ -192,7 +192,26 @@ def test_non_object_input_is_400(client, auth, raw, received):
 def test_missing_input_is_400_undefined(client, auth):
     resp = client.get("/trpc/memory.getAll", headers=auth)
     error = assert_error(resp, 400, "BAD_REQUEST", "memory.getAll")
-    assert error["message"] == "Invalid input: expected object, received undefined"
+    assert error["message"] == (
+        "Invalid input: expected object, received undefined; send ?input=<URL-encoded JSON object>"
+    )
+
+
+@pytest.mark.parametrize(
+    "query_string",
+    ["userId=alice", "input%5BuserId%5D=alice", "input[userId]=alice&input[limit]=2", "inputs={}"],
+)
+def test_a_query_without_json_input_is_told_how_to_send_it(client, auth, query_string):
+    # Form fields and deep objects, as OpenAPI generators send a query's input.
+    resp = client.get(f"/trpc/memory.getAll?{query_string}", headers=auth)
+    error = assert_error(resp, 400, "BAD_REQUEST", "memory.getAll")
+    assert error["message"].endswith("; send ?input=<URL-encoded JSON object>")
+
+
+def test_a_mutation_without_input_is_not_told_about_query_strings(client, auth):
+    resp = client.post("/trpc/memory.add", headers={**auth, "Content-Type": "application/json"})
+    error = assert_error(resp, 400, "BAD_REQUEST", "memory.add")
+    assert "?input" not in error["message"]
 
 
 @pytest.mark.parametrize(
