@@ -26,6 +26,8 @@ from .errors import ApiError
 from .errors import ConfigError
 from .limits import MAX_CONCURRENT
 from .limits import MAX_PER_MINUTE
+from .observability import audit
+from .observability import logs
 from .runtime import Runtime
 from .services import keys as key_service
 from .services import maintenance
@@ -85,6 +87,13 @@ class Context:
 
 
 pass_context = click.make_pass_decorator(Context, ensure=True)
+
+
+def _audit(ctx: Context, action: str, tenant: str | None, **details: t.Any) -> None:
+    """One audit line for an administrative command: on stderr, and in MEMSVC_AUDIT_LOG."""
+    logs.configure(ctx.settings()["LOG_FORMAT"])
+    audit.configure(ctx.settings()["AUDIT_LOG"])
+    audit.record(action, audit.operator(), tenant, **details)
 
 
 def _text_argument(name: str, value: str, max_chars: int) -> str:
@@ -484,6 +493,10 @@ def import_command(
             raise click.ClickException(f"{path}: {e}") from None
     new_database.keep()
     bar.close()
+    _audit(
+        ctx, "import", None if all_tenants else ",".join(tenants) or header.get("tenant"),
+        file=os.path.basename(path), memories=result.imported, keys=result.keys_imported,
+    )  # fmt: skip
     notes = []
     if result.existing:
         notes.append(f"{_plural(result.existing, 'memory', 'memories')} already there")
@@ -521,6 +534,7 @@ def keys_create(ctx: Context, tenant: str, name: str) -> None:
         raise click.BadParameter(str(e), param_hint="TENANT") from None
     _text_argument("NAME", name, ctx.settings()["MAX_NAME_CHARS"])
     created = key_service.create(ctx.store(), tenant, name, ctx.settings()["API_KEY_WORD"])
+    _audit(ctx, "keys.create", tenant, key_id=created.key.id)
     click.echo(
         f"Created API key {created.key.name!r} for tenant {tenant!r} "
         f"(id {created.key.id}). Its secret is shown only now:",
@@ -603,6 +617,8 @@ def keys_set_limits(
         key = key_service.set_limits(store, key_id, per_minute, concurrent)
     except ApiError as e:
         raise click.ClickException(e.message) from None
+    _audit(ctx, "keys.set-limits", key.tenant, key_id=key.id, per_minute=per_minute,
+           concurrent=concurrent)  # fmt: skip
     defaults = ctx.runtime().default_limits
     click.echo(
         f"{shown(key.name)!r} of tenant {shown(key.tenant)!r}: "
@@ -620,6 +636,7 @@ def keys_revoke(ctx: Context, key_id: str) -> None:
         key = key_service.revoke(ctx.store(), None, key_id)
     except ApiError as e:
         raise click.ClickException(e.message) from None
+    _audit(ctx, "keys.revoke", key.tenant, key_id=key.id)
     assert key.revoked_at is not None
     click.echo(
         f"Revoked {shown(key.name)!r} of tenant {shown(key.tenant)!r} "

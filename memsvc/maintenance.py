@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from .observability import metrics
 from .search.cache import SearchCache
 from .services import memories
 from .store import Backend
@@ -50,6 +51,7 @@ class Maintenance(threading.Thread):
         store = self.backend.store()
         try:
             removed = memories.purge_expired(store)
+            metrics.purged(removed)
             if removed:
                 log.info("removed %d expired memories", removed)
             erasures = store.erasures()
@@ -60,10 +62,11 @@ class Maintenance(threading.Thread):
                 self.search_cache.prune(store)
             # PostgreSQL's shared limits: forget keys idle for minutes.
             self.backend.limiter.sweep()
-            return removed
         finally:
             store.reset()
             self.backend.release()
+        metrics.sample(self.backend, self.search_cache)
+        return removed
 
     def stop(self) -> None:
         self.stopping.set()

@@ -306,6 +306,24 @@ SETTINGS: tuple[Setting, ...] = (
     _S("LOG_FULL_URLS", False, lambda v: isinstance(v, bool), "true or false",
        "Write whole URLs, query string included, to the access log. Off by default: tRPC "
        "queries carry their input (user ids, search text) in the URL.", "Serving"),
+    # Observability
+    _S("LOG_FORMAT", "text", _one_of("text", "json"), "one of text, json",
+       "memsvc's log lines (access, audit, warnings): `text`, or `json`, one object per line "
+       "for log shippers. See [Monitoring](operations.md#monitoring).", "Observability"),
+    _S("AUDIT_LOG", None, _optional(_text), "a file path",
+       "Also append each audit line (key operations, `deleteAll`, imports; from the server and "
+       "the `memsvc` command) to this file, as JSON.", "Observability",
+       shown_default="the log only"),
+    _S("METRICS_TOKEN", None, _optional(lambda v: isinstance(v, str) and len(v) >= 16),
+       "at least 16 characters long",
+       "Serve Prometheus metrics at `/metrics` to scrapes sending "
+       "`Authorization: Bearer <token>`. Without it and `MEMSVC_METRICS_BIND`, `/metrics` is "
+       "`404` and nothing is counted.", "Observability", secret=True),
+    _S("METRICS_BIND", None, _optional(lambda v: _address(v) and not v.startswith("unix:")),
+       "host:port",
+       "Serve Prometheus metrics on this separate address too (e.g. `127.0.0.1:9100`), from "
+       "gunicorn's master; it asks for `MEMSVC_METRICS_TOKEN` too when that is set.",
+       "Observability"),
 )  # fmt: skip
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -6,6 +6,7 @@ from flask import current_app
 from flask import g
 
 from ..embeddings import Embedder
+from ..observability import metrics
 from ..runtime import Runtime
 from ..store import Store
 
@@ -40,6 +41,7 @@ def release_store(exc: BaseException | None = None) -> None:
 def record_storage_problem(problem: str) -> None:
     """Remember, for /health, that storage failed a call just now."""
     runtime().backend.failures.failed(problem)
+    metrics.storage_failure()
 
 
 def clear_storage_problem() -> None:

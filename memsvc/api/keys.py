@@ -8,6 +8,7 @@ from flask import current_app
 
 from ..errors import Forbidden
 from ..errors import NotFound
+from ..observability import audit
 from ..services import keys
 from . import middleware
 from . import outputs
@@ -36,16 +37,19 @@ def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
 )
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     config = current_app.config
-    return keys.create(
+    created = keys.create(
         store(),
         call.caller.tenant,
         params["name"],
         config["API_KEY_WORD"],
         max_active=config["MAX_KEYS_PER_TENANT"],
     )
+    audit.record("keys.create", "token", call.caller.tenant, key_id=created.key.id)
+    return created
 
 
 @router.mutation("revoke", input=schemas.IdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
     keys.revoke(store(), call.caller.tenant, params["id"])
+    audit.record("keys.revoke", "token", call.caller.tenant, key_id=params["id"])
     return {"success": True}

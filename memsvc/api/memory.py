@@ -7,6 +7,7 @@ import typing as t
 from flask import current_app
 
 from ..errors import NotFound
+from ..observability import audit
 from ..services import memories
 from . import middleware
 from . import outputs
@@ -116,5 +117,8 @@ def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
 def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     deleted = memories.delete_all(
         store(), call.caller.tenant, params["userId"], runtime().search_cache
+    )
+    audit.record(
+        "memory.deleteAll", f"key:{call.caller.key.id}", call.caller.tenant, deleted=deleted
     )
     return {"success": True, "deleted": deleted}

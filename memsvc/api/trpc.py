@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 import typing as t
 from urllib.parse import unquote_to_bytes
 
@@ -44,6 +45,9 @@ from ..errors import NotFound
 from ..errors import PayloadTooLarge
 from ..errors import ServiceUnavailable
 from ..errors import UnsupportedMediaType
+from ..observability.metrics import batch as count_batch
+from ..observability.requests import call_done
+from ..observability.requests import request_failed
 from ..rules import strict_json
 from ..store import storage_problem
 from .context import clear_storage_problem
@@ -124,11 +128,13 @@ def endpoint(path: str) -> Response:
         calls = _calls(path, is_batch)
     except ApiError as e:
         # A request that is wrong as a whole has one answer, with no path.
+        request_failed(e.code)
         return json_response(error_body(e, None), e.status, e.headers)
     budget = _Budget(current_app.config["MAX_RESPONSE_BYTES"])
     results = [_run(call, budget) for call in calls]
     if not is_batch:
         return _text_response(*results[0])
+    count_batch(len(calls))
     statuses = {status for _, status, _ in results}
     headers: dict[str, str] = {}
     for _, _, extra in results:
@@ -196,6 +202,7 @@ def _calls(path: str, is_batch: bool) -> list[Call]:
 
 def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
     """One call's answer, as JSON text: its envelope, status and headers."""
+    started = time.perf_counter()
     try:
         if budget.left <= 0:
             raise budget.exceeded()
@@ -204,8 +211,10 @@ def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
         budget.spend(text)
         if call.procedure is not None and call.procedure.type == MUTATION:
             clear_storage_problem()  # a write went through: storage works again
+        call_done(call, None, started)
         return text, 200, {}
     except ApiError as e:
+        call_done(call, e, started)
         return _dump(error_body(e, call.path)), e.status, e.headers
     except Exception as e:
         problem = storage_problem(e)
@@ -221,6 +230,7 @@ def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
                 f"Storage unavailable: {problem}; try again later",
                 headers={"Retry-After": "5"},
             )
+        call_done(call, error, started)
         return _dump(error_body(error, call.path)), error.status, error.headers
 
 

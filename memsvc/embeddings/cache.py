@@ -16,6 +16,7 @@ import typing as t
 
 import numpy as np
 
+from ..observability import metrics
 from .base import Embedder
 
 
@@ -80,8 +81,10 @@ class CachedEmbedder(Embedder):
                 else:
                     self._vectors.move_to_end((scope, text))
                     out[row] = vector
-            self.hits += len(texts) - sum(len(rows) for rows in missing.values())
-            self.misses += sum(len(rows) for rows in missing.values())
+            misses = sum(len(rows) for rows in missing.values())
+            self.hits += len(texts) - misses
+            self.misses += misses
+        metrics.query_cache(len(texts) - misses, misses)
         if not missing:
             return out
         fresh = list(missing)

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import terms
 from ..models import ScoredMemory
+from ..observability import metrics
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
@@ -258,10 +259,14 @@ def search(
     Only the answer's memories are read, once.
     """
     if mode == "semantic":
-        return nearest(store, cache, tenant, user_id, query, k, threshold, scope)
+        with store.read():
+            hits, snap = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
+            metrics.searched(mode, snap is not None)
+            return _memories(store, hits)
     with store.read():  # both halves of a hybrid search see one snapshot
         if mode == "keyword":
             snapshot = _snapshot(store, cache, tenant, user_id)
+            metrics.searched(mode, snapshot is not None)
             hits = _keyword(store, tenant, user_id, query, text, k, threshold, scope, snapshot)
             return _memories(
                 store,
@@ -272,6 +277,7 @@ def search(
             )
         depth = min(100, max(2 * k, 30))
         semantic, snap = _semantic(store, cache, tenant, user_id, query, depth, threshold, scope)
+        metrics.searched(mode, snap is not None)
         keyword = _keyword(store, tenant, user_id, query, text, depth, threshold, scope, snap)
         by_seq = {hit.seq: hit for hit in semantic}
         by_seq.update({hit.seq: hit for hit in keyword})  # the same cosine, and its strength

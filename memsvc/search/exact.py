@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..observability import metrics
+
 #: Bound on a float32 cosine score's error. A float32 dot product of d
 #: terms errs by at most d·2^-24 times the sum of |terms|, which for unit
 #: vectors is <= 1: 9.2e-5 at d = 1536. Normalising adds a few ulps. 5e-4
@@ -101,6 +103,7 @@ def rank(
     Returns ``(seq, similarity, created)``, most similar first, ties to the
     newest (``created`` descending, then ``seq`` descending).
     """
+    metrics.ranked(len(seqs))
     if len(seqs) == 0:
         return []
     sims = similarities(vectors, owner, len(seqs), query)

@@ -17,12 +17,13 @@ import typing as t
 
 from .. import settings as _settings
 from ..errors import ConfigError
+from ..observability import metrics
 
 __all__ = [
     "bind", "workers", "threads", "worker_class", "access_log_format", "timeout",
     "graceful_timeout", "keepalive", "preload_app", "limit_request_line",
     "limit_request_field_size", "accesslog", "errorlog", "control_socket_disable",
-    "on_starting", "post_worker_init",
+    "on_starting", "post_worker_init", "when_ready", "child_exit", "on_exit",
 ]  # fmt: skip
 
 # Without a query string: tRPC queries carry their input, user ids and
@@ -107,6 +108,25 @@ def check_bind(address: str) -> None:
     check_address_free(address)
 
 
+def when_ready(server: t.Any) -> None:
+    if _metrics_dir is not None:
+        server.log.info("memsvc: metric files in %s (removed when the server stops)", _metrics_dir)
+    if _values["METRICS_BIND"]:
+        from .metrics_server import start
+
+        start(_values["METRICS_BIND"], _values["METRICS_TOKEN"], server.log)
+
+
+def child_exit(server: t.Any, worker: t.Any) -> None:
+    # Its counters stay counted; its gauges go.
+    metrics.worker_exited(worker.pid)
+
+
+def on_exit(server: t.Any) -> None:
+    if _metrics_dir is not None:
+        metrics.remove_multiprocess_dir(_metrics_dir)
+
+
 def post_worker_init(worker: t.Any) -> None:
     runtime = getattr(worker.wsgi, "extensions", {}).get("memsvc")
     if runtime is not None:
@@ -122,6 +142,11 @@ except ConfigError as _e:
     raise SystemExit(f"memsvc: {_e}") from None
 
 _options = options(_values)
+
+# Prometheus metrics: each worker counts in files of its own, in a folder
+# made for this server start, named before the app (and prometheus_client)
+# is loaded, and removed when the server stops (on_exit).
+_metrics_dir = metrics.prepare_multiprocess_dir() if metrics.enabled(_values) else None
 bind = _options["bind"]
 workers = _options["workers"]
 threads = _options["threads"]
@@ -150,7 +175,9 @@ limit_request_line = 0
 # 8 KiB per header, which it would refuse with an HTML 431.
 limit_request_field_size = 32768
 
-accesslog = "-"
+# memsvc writes its own access line (memsvc.observability.requests): with
+# the request id, duration, procedures, error codes, key id and tenant.
+accesslog = None
 errorlog = "-"
 
 # gunicorn 24+ opens a control socket at one fixed path per user, so a

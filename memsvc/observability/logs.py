@@ -1,0 +1,83 @@
+"""memsvc's log lines: text or JSON (``MEMSVC_LOG_FORMAT``), each naming its request.
+
+Every logger under ``memsvc`` (the access and audit lines included) writes
+through one handler on stderr, which gunicorn's error log is. In ``json``
+format each line is one JSON object, for log shippers: ``time``, ``level``,
+``logger``, ``message``, ``request_id`` when written during a request, and
+an access or audit line's fields.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import sys
+import typing as t
+
+from .requests import current_id
+
+TEXT_FORMAT = "[%(asctime)s] %(levelname)s in %(module)s: %(message)s"
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the running request's id on each record (``request_id``; None outside one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = current_id.get()
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        rid = getattr(record, "request_id", None)
+        return f"{line} request_id={rid}" if rid else line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, t.Any] = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        rid = getattr(record, "request_id", None)
+        if rid:
+            out["request_id"] = rid
+        fields = getattr(record, "memsvc", None)
+        if fields:
+            out.update(fields)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+_handler: logging.Handler | None = None
+
+
+def configure(log_format: str) -> logging.Handler:
+    """memsvc's handler on the ``memsvc`` logger, in ``log_format``; the access and audit
+    lines at INFO. Replaces Flask's own handler on that logger."""
+    global _handler
+    from flask.logging import default_handler
+
+    logger = logging.getLogger("memsvc")
+    if _handler is None:
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.addFilter(RequestIdFilter())
+    _handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    logger.removeHandler(default_handler)
+    if _handler not in logger.handlers:
+        logger.addHandler(_handler)
+    for name in ("memsvc.access", "memsvc.audit"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    return _handler
