@@ -36,7 +36,7 @@ def create_app(
     :raises ConfigError: a setting is invalid, or the database cannot be used.
     """
     from . import api
-    from . import observability
+    from .api import observe
     from .runtime import Runtime
 
     instance_path = instance_path or settings.default_instance_path()
@@ -59,5 +59,5 @@ def create_app(
     runtime.backend.hold_for_serving()
     app.extensions["memsvc"] = runtime
     api.init_app(app)
-    observability.install(app)
+    observe.install(app)
     return app

@@ -312,8 +312,7 @@ SETTINGS: tuple[Setting, ...] = (
        "for log shippers. See [Monitoring](operations.md#monitoring).", "Observability"),
     _S("AUDIT_LOG", None, _optional(_text), "a file path",
        "Also append each audit line (key operations, `deleteAll`, imports; from the server and "
-       "the `memsvc` command) to this file, as JSON.", "Observability",
-       shown_default="the log only"),
+       "the `memsvc` command) to this file, as JSON.", "Observability"),
     _S("METRICS_TOKEN", None, _optional(lambda v: isinstance(v, str) and len(v) >= 16),
        "at least 16 characters long",
        "Serve Prometheus metrics at `/metrics` to scrapes sending "

@@ -1,4 +1,4 @@
-"""The audit trail: one line per administrative action, on logger ``memsvc.audit``.
+"""The audit trail: one line per administrative action, on this module's logger.
 
 Who did it (an API key id, a token's tenant, or the operating-system user
 running the ``memsvc`` command), what (``keys.create``, ``keys.revoke``,
@@ -21,7 +21,7 @@ import typing as t
 
 from . import metrics
 
-log = logging.getLogger("memsvc.audit")
+log = logging.getLogger(__name__)
 
 _file_lock = threading.Lock()
 _file: str | None = None

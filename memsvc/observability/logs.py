@@ -15,7 +15,9 @@ import logging
 import sys
 import typing as t
 
-from .requests import current_id
+from . import access_log
+from . import audit
+from . import requests
 
 TEXT_FORMAT = "[%(asctime)s] %(levelname)s in %(module)s: %(message)s"
 
@@ -25,7 +27,8 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
-            record.request_id = current_id.get()
+            running = requests.current.get()
+            record.request_id = None if running is None else running.id
         return True
 
 
@@ -65,19 +68,15 @@ _handler: logging.Handler | None = None
 
 
 def configure(log_format: str) -> logging.Handler:
-    """memsvc's handler on the ``memsvc`` logger, in ``log_format``; the access and audit
-    lines at INFO. Replaces Flask's own handler on that logger."""
+    """memsvc's handler on the ``memsvc`` logger, in ``log_format``; access and audit lines on."""
     global _handler
-    from flask.logging import default_handler
-
     logger = logging.getLogger("memsvc")
     if _handler is None:
         _handler = logging.StreamHandler(sys.stderr)
         _handler.addFilter(RequestIdFilter())
     _handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    logger.removeHandler(default_handler)
     if _handler not in logger.handlers:
         logger.addHandler(_handler)
-    for name in ("memsvc.access", "memsvc.audit"):
+    for name in (access_log.__name__, audit.__name__):
         logging.getLogger(name).setLevel(logging.INFO)
     return _handler

@@ -196,7 +196,9 @@ def test_two_workers_counts_add_up_and_survive_restarts(server):
     # Both workers answered part of the mix.
     lines = [json.loads(line) for line in server.output().splitlines()[before:] if line[:1] == "{"]
     access = [
-        line for line in lines if line["logger"] == "memsvc.access" and "/trpc/" in line["path"]
+        line
+        for line in lines
+        if line["logger"] == "memsvc.observability.access_log" and "/trpc/" in line["path"]
     ]
     assert len(access) == sum(made.values()) - 2  # the batch's three calls are one request
     assert len({line["pid"] for line in access}) == 2

@@ -50,7 +50,7 @@ def lines():
 def test_an_incoming_request_id_is_kept_and_a_bad_one_replaced(client, auth):
     ok = query(client, "memory.getAll", {"userId": "u"}, headers={**auth, "X-Request-Id": "abc-1"})
     assert ok.headers["X-Request-Id"] == "abc-1"
-    for bad in ("x" * 129, "has space", "quo\"te", "ünï", ""):
+    for bad in ("x" * 129, "has space", 'quo"te', "ünï", ""):
         resp = query(
             client, "memory.getAll", {"userId": "u"}, headers={**auth, "X-Request-Id": bad}
         )
@@ -77,7 +77,7 @@ def test_the_access_line_says_what_happened_and_nothing_private(client, auth, ke
         "/trpc/memory.getAll,memory.nothing?batch=1&input={}",
         headers={**auth, "X-Request-Id": "batch-7"},
     )
-    access = [r.getMessage() for r in lines.named("memsvc.access")]
+    access = [r.getMessage() for r in lines.named("memsvc.observability.access_log")]
     assert len(access) == 4
     add, search, missing, batch = access
     assert '"POST /trpc/memory.add HTTP/1.1" 200 ' in add
@@ -86,19 +86,21 @@ def test_the_access_line_says_what_happened_and_nothing_private(client, auth, ke
     assert "procedures=memory.getById error=NOT_FOUND" in missing and " 404 " in missing
     assert "procedures=memory.getAll,memory.nothing error=BAD_REQUEST,NOT_FOUND" in batch
     assert " 207 " in batch
-    fields = lines.named("memsvc.access")[3].memsvc
-    assert fields["request_id"] == "batch-7" and lines.named("memsvc.access")[3].request_id == (
-        "batch-7"
-    )
+    fields = lines.named("memsvc.observability.access_log")[3].memsvc
+    assert fields["request_id"] == "batch-7" and lines.named("memsvc.observability.access_log")[
+        3
+    ].request_id == ("batch-7")
     assert fields["key_id"] != "-" and fields["tenant"] == "tenant-A"
-    everything = "\n".join(access) + json.dumps([r.memsvc for r in lines.named("memsvc.access")])
+    everything = "\n".join(access) + json.dumps(
+        [r.memsvc for r in lines.named("memsvc.observability.access_log")]
+    )
     for private in (user, "Zbigniew", key, key[-24:], "input="):
         assert private not in everything
     # As JSON, for log shippers: one object a line, the same fields.
-    obj = json.loads(logs.JsonFormatter().format(lines.named("memsvc.access")[3]))
+    obj = json.loads(logs.JsonFormatter().format(lines.named("memsvc.observability.access_log")[3]))
     assert obj["request_id"] == "batch-7" and obj["status"] == 207
     assert obj["procedures"] == "memory.getAll,memory.nothing"
-    assert obj["logger"] == "memsvc.access" and obj["duration_ms"] >= 0
+    assert obj["logger"] == "memsvc.observability.access_log" and obj["duration_ms"] >= 0
 
 
 def test_log_lines_written_during_a_request_name_it(app, lines):
@@ -127,14 +129,16 @@ def test_key_operations_and_erasures_leave_audit_lines(make_app, key, lines, tmp
     api = {"x-api-key": key}
     mutate(client, "memory.add", {"userId": "u-private", "content": "x"}, headers=api)
     data(mutate(client, "memory.deleteAll", {"userId": "u-private"}, headers=api))
-    audit = [r.memsvc for r in lines.named("memsvc.audit")]
+    audit = [r.memsvc for r in lines.named("memsvc.observability.audit")]
     assert [a["audit"] for a in audit] == ["keys.create", "keys.revoke", "memory.deleteAll"]
     assert audit[0]["who"] == "token" and audit[0]["tenant"] == "tenant-A"
     assert audit[0]["key_id"] == created["id"] and audit[1]["key_id"] == created["id"]
     assert audit[2]["who"].startswith("key:") and audit[2]["deleted"] == 1
     written = [json.loads(line) for line in trail.read_text().splitlines()]
     assert written == audit
-    text = trail.read_text() + "".join(r.getMessage() for r in lines.named("memsvc.audit"))
+    text = trail.read_text() + "".join(
+        r.getMessage() for r in lines.named("memsvc.observability.audit")
+    )
     assert created["secret"] not in text and "u-private" not in text
 
 
@@ -165,7 +169,7 @@ def test_administrative_commands_leave_audit_lines(cli_context, tmp_path, lines)
     assert all(w["who"].startswith("os-") and w["tenant"] == "tenant-C" for w in written)
     assert written[1]["per_minute"] == 5 and written[0]["key_id"] == key_id
     assert secret not in trail.read_text()
-    assert [r.memsvc for r in lines.named("memsvc.audit")] == written
+    assert [r.memsvc for r in lines.named("memsvc.observability.audit")] == written
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:

@@ -116,7 +116,7 @@ def test_an_unknown_environment_variable_is_named_with_the_closest_setting(
         # The setting's other name, and words for its words.
         ("MEMSVC_WORKERS", ["WEB_CONCURRENCY"]),
         ("MEMSVC_DATABASE_URL", ["MEMSVC_DATABASE"]),
-        ("MEMSVC_PORT", ["MEMSVC_BIND"]),
+        ("MEMSVC_PORT", ["MEMSVC_METRICS_BIND", "MEMSVC_BIND"]),
         ("MEMSVC_OPENAI_API_KEY", ["MEMSVC_EMBEDDING_API_KEY"]),
         ("MEMSVC_API_KEY", ["MEMSVC_API_KEY_WORD", "MEMSVC_EMBEDDING_API_KEY"]),
         (

@@ -1,0 +1,70 @@
+"""The access line: one per request, on logger ``memsvc.observability.access_log``.
+
+Duration, procedures (every one of a batch), status, the calls' error
+codes, the API key's id (never its secret), the tenant and the request id.
+Never a query string, user id or text, unless ``MEMSVC_LOG_FULL_URLS`` asks
+for whole URLs.
+"""
+
+from __future__ import annotations
+
+import logging
+import typing as t
+
+log = logging.getLogger(__name__)
+
+if t.TYPE_CHECKING:
+    from .requests import Record
+
+
+def write(
+    environ: dict[str, t.Any],
+    record: Record,
+    answer: list[t.Any],
+    seconds: float,
+    *,
+    full_urls: bool,
+    json_lines: bool,
+) -> None:
+    """Write ``record``'s access line; ``answer`` holds the status and headers sent."""
+    status = int(answer[0][:3]) if answer else 500
+    size = "-"
+    for name, value in answer[1] if answer else ():
+        if name == "Content-Length":
+            size = value
+            break
+    path = environ.get("PATH_INFO", "")
+    if full_urls and environ.get("QUERY_STRING"):
+        path += "?" + environ["QUERY_STRING"]
+    procedures = ",".join(p for p, _ in record.calls if p != "-") or "-"
+    codes = [c for _, c in record.calls if c != "OK"]
+    fields = {
+        "request_id": record.id,
+        "remote": environ.get("REMOTE_ADDR", "-"),
+        "method": environ.get("REQUEST_METHOD", "-"),
+        "path": path,
+        "status": status,
+        "bytes": size,
+        "duration_ms": round(seconds * 1000, 2),
+        "procedures": procedures,
+        "error": ",".join(dict.fromkeys(codes)) or "-",
+        "key_id": record.key or "-",
+        "tenant": record.tenant or "-",
+    }
+    if json_lines:
+        log.info("access", extra={"memsvc": fields})
+        return
+    log.info(
+        '%s "%s %s %s" %s %s %.1fms procedures=%s error=%s key=%s tenant=%s',
+        fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
+        status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
+        _quoted(fields["tenant"]),
+        extra={"memsvc": fields},
+    )  # fmt: skip
+
+
+def _quoted(text: str) -> str:
+    """A tenant id as one word: quoted when it holds spaces or quotes."""
+    if text.isprintable() and " " not in text and '"' not in text:
+        return text
+    return '"' + text.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
