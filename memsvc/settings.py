@@ -318,6 +318,10 @@ SETTINGS: tuple[Setting, ...] = (
        "Serve Prometheus metrics at `/metrics` to scrapes sending "
        "`Authorization: Bearer <token>`. Without it and `MEMSVC_METRICS_BIND`, `/metrics` is "
        "`404` and nothing is counted.", "Observability", secret=True),
+    _S("TRACING", "off", _one_of("off", "otlp", "console"), "one of off, otlp, console",
+       "OpenTelemetry spans of each request (its calls, limits, embedding, search, store): "
+       "`otlp` sends them to `OTEL_EXPORTER_OTLP_ENDPOINT` (OTLP over HTTP), `console` prints "
+       "them. Needs `pip install 'memsvc[tracing]'`.", "Observability"),
     _S("METRICS_BIND", None, _optional(lambda v: _address(v) and not v.startswith("unix:")),
        "host:port",
        "Serve Prometheus metrics on this separate address too (e.g. `127.0.0.1:9100`), from "

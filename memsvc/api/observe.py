@@ -14,6 +14,7 @@ from flask.logging import default_handler
 from ..observability import audit
 from ..observability import logs
 from ..observability import metrics
+from ..observability import tracing
 from ..observability.requests import RequestMiddleware
 
 
@@ -23,6 +24,8 @@ def install(app: Flask) -> None:
     logs.configure(config["LOG_FORMAT"])
     logging.getLogger("memsvc").removeHandler(default_handler)  # memsvc's own is there
     audit.configure(config["AUDIT_LOG"])
+    tracing.start(config["TRACING"])
+    tracing.instrument(app.extensions["memsvc"], provider(config))
     if metrics.enabled(config):
         metrics.setup(app.extensions.get("trpc", {}))
         runtime = app.extensions["memsvc"]

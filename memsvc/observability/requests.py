@@ -22,6 +22,7 @@ import uuid
 
 from . import access_log
 from . import metrics
+from . import tracing
 
 HEADER = "X-Request-Id"
 _ENVIRON_ID = "HTTP_X_REQUEST_ID"
@@ -59,6 +60,7 @@ def call_done(call: t.Any, error: t.Any, started: float) -> None:
     """
     code = "OK" if error is None else error.code
     metrics.call(call.path, code, time.perf_counter() - started)
+    tracing.call_span(call.path, code, started)
     if code == "TOO_MANY_REQUESTS":
         metrics.refused(error.message)
     record = current.get()
@@ -101,7 +103,8 @@ class RequestMiddleware:
             return start_response(status, headers, exc_info)
 
         try:
-            return self.app(environ, start)
+            with tracing.request_span(environ, rid):
+                return self.app(environ, start)
         finally:
             if access_log.log.isEnabledFor(logging.INFO):
                 access_log.write(

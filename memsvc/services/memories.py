@@ -24,6 +24,7 @@ from ..models import ScoredMemory
 from ..models import Version
 from ..models import compact_json
 from ..models import dedupe_key
+from ..observability import tracing
 from ..search import Scope
 from ..search import SearchCache
 from ..search import search as search_memories
@@ -124,9 +125,10 @@ def search(
     """
     vector = query_vector(embedder, query)
     scope = Scope(clock.now_ms(), filter, created_after, created_before)
-    return search_memories(
-        store, cache, tenant, user_id, vector, query, limit, threshold, scope, mode
-    )
+    with tracing.span("search", mode=mode):
+        return search_memories(
+            store, cache, tenant, user_id, vector, query, limit, threshold, scope, mode
+        )
 
 
 def get_all(
