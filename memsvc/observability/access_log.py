@@ -36,7 +36,8 @@ def write(
     path = environ.get("PATH_INFO", "")
     if full_urls and environ.get("QUERY_STRING"):
         path += "?" + environ["QUERY_STRING"]
-    procedures = ",".join(p for p, _ in record.calls if p != "-") or "-"
+    path = _printable(path)
+    procedures = _printable(",".join(p for p, _ in record.calls if p != "-") or "-")
     codes = [c for _, c in record.calls if c != "OK"]
     fields = {
         "request_id": record.id,
@@ -52,15 +53,38 @@ def write(
         "tenant": record.tenant or "-",
     }
     if json_lines:
-        log.info("access", extra={"memsvc": fields})
+        _emit("access", (), fields)
         return
-    log.info(
+    _emit(
         '%s "%s %s %s" %s %s %.1fms procedures=%s error=%s key=%s tenant=%s',
-        fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
-        status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
-        _quoted(fields["tenant"]),
-        extra={"memsvc": fields},
+        (
+            fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
+            status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
+            _quoted(fields["tenant"]),
+        ),
+        fields,
     )  # fmt: skip
+
+
+def _emit(message: str, args: tuple[t.Any, ...], fields: dict[str, t.Any]) -> None:
+    """``log.info`` without its search of the stack for the caller: this module is it."""
+    record = log.makeRecord(
+        log.name, logging.INFO, __file__, 0, message, args, None, extra={"memsvc": fields}
+    )
+    log.handle(record)
+
+
+#: The most of a path or list of procedures an access line shows.
+MAX_SHOWN = 2048
+
+
+def _printable(text: str) -> str:
+    """``text`` on one line, control characters escaped, cut at :data:`MAX_SHOWN`."""
+    if len(text) > MAX_SHOWN:
+        text = text[:MAX_SHOWN] + "..."
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def _quoted(text: str) -> str:

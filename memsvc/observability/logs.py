@@ -13,6 +13,7 @@ import datetime
 import json
 import logging
 import sys
+import time
 import typing as t
 
 from . import access_log
@@ -35,6 +36,14 @@ class RequestIdFilter(logging.Filter):
 class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        # The same second's text is made once: an access line per request.
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime("%Y-%m-%d %H:%M:%S", self.converter(second)))
+        return f"{self._second[1]},{int(record.msecs):03d}"
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)

@@ -34,7 +34,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: Seconds: from a cached query's search (a few ms) to a slow provider's retries.
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100)
-CANDIDATE_BUCKETS = (0, 1, 5, 10, 25, 50, 100, 250, 1000, 10000)
 
 #: The reasons a call is refused with 429, by the start of its message.
 REFUSAL_REASONS = ("rate", "concurrency", "cost", "tenant_keys")
@@ -129,10 +128,11 @@ class _Metrics:
             "Searches, by mode and path: 'snapshot' (the worker's cached vectors) or 'store'.",
             ["mode", "path"],
         )
-        self.candidates = histogram(
-            "memsvc_search_candidates", "Candidate memories ranked exactly per search.", [],
-            CANDIDATE_BUCKETS,
-        )  # fmt: skip
+        # A counter, not a histogram: one increment per search. Per search:
+        # rate(memsvc_search_candidates_total) / rate(memsvc_searches_total).
+        self.candidates = counter(
+            "memsvc_search_candidates_total", "Candidate memories ranked exactly by searches."
+        )
         self.cache_bytes = gauge(
             "memsvc_search_cache_bytes", "Memory the search caches hold, all workers.", "livesum"
         )
@@ -184,9 +184,14 @@ class _Metrics:
     def call(self, procedure: str, code: str) -> tuple[t.Any, t.Any]:
         bound = self._bound.get((procedure, code))
         if bound is None:
+            # Paths no procedure has are the caller's text: never a key here.
             name = procedure if procedure in self._procedures else "unknown"
-            bound = (self.calls.labels(name, code), self.duration.labels(name))
-            self._bound[(procedure, code)] = bound
+            bound = self._bound.get((name, code))
+            if bound is None:
+                bound = self._bound[(name, code)] = (
+                    self.calls.labels(name, code),
+                    self.duration.labels(name),
+                )
         return bound
 
     def provider(self, name: str) -> tuple[t.Any, t.Any, t.Any, t.Any]:
@@ -293,7 +298,7 @@ def searched(mode: str, from_snapshot: bool) -> None:
 def ranked(candidates: int) -> None:
     m = _metrics
     if m is not None:
-        m._candidates.observe(candidates)
+        m._candidates.inc(candidates)
 
 
 def query_cache(hits: int, misses: int) -> None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import random
 import re
 import time
 import typing as t
-import uuid
 
 from . import access_log
 from . import metrics
@@ -37,7 +37,8 @@ def request_id(given: str | None) -> str:
     """``given`` if it is a valid request id, else a new one."""
     if given is not None and _VALID_ID.fullmatch(given):
         return given
-    return uuid.uuid4().hex
+    # 128 random bits; random reseeds in each forked worker, so workers never share ids.
+    return f"{random.getrandbits(128):032x}"
 
 
 class Record:

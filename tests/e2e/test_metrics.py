@@ -171,6 +171,7 @@ def check(samples, made, batches, searches):
         samples, "memsvc_query_cache_misses_total"
     )
     assert asked == searches
+    assert value(samples, "memsvc_search_candidates_total") >= 6  # the user's memories
     assert value(samples, "memsvc_embedding_calls_total", provider="local") > 0
     assert value(samples, "memsvc_embedding_failures_total", provider="local") == 0
 

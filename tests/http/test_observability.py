@@ -226,3 +226,17 @@ def test_metrics_ask_for_the_token_and_count_calls(make_app, new_key):
 )
 def test_refusals_are_counted_by_reason(message, reason):
     assert metrics.refusal_reason(message) == reason
+
+
+def test_unknown_paths_stay_one_line_and_one_label(make_app, new_key, lines):
+    app = make_app(METRICS_TOKEN=TOKEN)
+    client = app.test_client()
+    auth = {"x-api-key": new_key()}
+    for i in range(50):
+        client.get(f"/trpc/memory.fake{i}%0AINFO forged line", headers=auth)
+    access = [r.getMessage() for r in lines.named("memsvc.observability.access_log")]
+    assert len(access) == 50 and all("\n" not in line for line in access)
+    assert "memory.fake7\\nINFO forged line" in access[7]
+    counting = metrics._metrics
+    assert counting is not None
+    assert not [key for key in counting._bound if key[0].startswith("memory.fake")]
