@@ -240,3 +240,24 @@ def test_unknown_paths_stay_one_line_and_one_label(make_app, new_key, lines):
     counting = metrics._metrics
     assert counting is not None
     assert not [key for key in counting._bound if key[0].startswith("memory.fake")]
+
+
+def test_the_sampled_gauges_count_the_database(make_app, new_key, store_kind):
+    app = make_app(METRICS_TOKEN=TOKEN)
+    client = app.test_client()
+    auth = {"x-api-key": new_key()}
+    new_key(name="second")
+    for user in ("u1", "u1", "u2"):
+        data(mutate(client, "memory.add", {"userId": user, "content": f"fact of {user}"},
+                    headers=auth))  # fmt: skip
+    data(query(client, "memory.search", {"userId": "u1", "query": "fact"}, headers=auth))
+    runtime = app.extensions["memsvc"]
+    metrics.sample(runtime.backend, runtime.search_cache)
+    got = samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text)
+    assert got[("memsvc_memories", ())] == 3
+    assert got[("memsvc_end_users", ())] == 2
+    assert got[("memsvc_api_keys", ())] == 2
+    assert got[("memsvc_search_cache_users", ())] == 1
+    assert got[("memsvc_search_cache_bytes", ())] > 0
+    if store_kind == "postgres":
+        assert got[("memsvc_postgres_pool_connections", ())] >= 1
