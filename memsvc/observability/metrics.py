@@ -173,7 +173,7 @@ class _Metrics:
             "livesum",
         )  # fmt: skip
         # Pre-bound children: a call's update is two lookups in a dict.
-        self._procedures = frozenset(procedures)
+        self._procedures = set(procedures)
         self._bound: dict[tuple[str, str], tuple[t.Any, t.Any]] = {}
         self._searches: dict[tuple[str, str], t.Any] = {}
         self._refusals = {r: self.refusals.labels(r) for r in REFUSAL_REASONS}
@@ -216,11 +216,13 @@ class _Metrics:
 
 
 def setup(procedures: t.Iterable[str]) -> None:
-    """Turn metrics on in this process (once; later calls add nothing)."""
+    """Turn metrics on in this process, once; a later app's procedures are added."""
     global _metrics
     with _lock:
         if _metrics is None:
             _metrics = _Metrics(procedures)
+        else:
+            _metrics._procedures.update(procedures)
 
 
 def active() -> bool:
