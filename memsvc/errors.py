@@ -68,6 +68,14 @@ class UnsupportedMediaType(ApiError):
 class TooManyRequests(ApiError):
     code = "TOO_MANY_REQUESTS"
 
+    def __init__(
+        self, message: str, *, headers: dict[str, str] | None = None, reason: str = "rate"
+    ):
+        super().__init__(message, headers=headers)
+        #: Which limit refused the call (the metrics' label): rate, concurrency,
+        #: cost (a long text's windows) or tenant_keys (the keys router's own).
+        self.reason = reason
+
 
 class InternalError(ApiError):
     code = "INTERNAL_SERVER_ERROR"

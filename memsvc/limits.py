@@ -89,10 +89,13 @@ class KeyLimiter(t.Protocol):
 
 
 class Refused(Exception):
-    def __init__(self, message: str, retry_after: int):
+    """A call the limits do not admit: ``reason`` is ``rate`` or ``concurrency``."""
+
+    def __init__(self, message: str, retry_after: int, reason: str = "rate"):
         super().__init__(message)
         self.message = message
         self.retry_after = retry_after
+        self.reason = reason
 
 
 class _KeyState:
@@ -248,6 +251,7 @@ class Limiter:
                         f"Too many concurrent requests: at most {limits.concurrent} at once "
                         "per API key",
                         1,
+                        "concurrency",
                     )
             # Admitted: only now is anything recorded.
             if limits.per_minute:

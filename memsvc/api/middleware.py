@@ -120,7 +120,9 @@ def limited(call: Call) -> t.Iterator[None]:
         token = rt.limiter.acquire(key.id, limits)
         call.caller = Caller(caller.tenant, key, limits)
     except Refused as e:
-        raise TooManyRequests(e.message, headers={"Retry-After": str(e.retry_after)}) from None
+        raise TooManyRequests(
+            e.message, headers={"Retry-After": str(e.retry_after)}, reason=e.reason
+        ) from None
     except Exception as e:
         # With PostgreSQL the counters are in the database: one that takes no
         # writes (read-only, full) cannot count. Reads go on, uncounted;
@@ -179,7 +181,9 @@ def pay_for_embedding(
         runtime().limiter.charge(key.id, limits, units - 1)
     except Refused as e:
         raise TooManyRequests(
-            f"{e.message}; this call's {cost}", headers={"Retry-After": str(e.retry_after)}
+            f"{e.message}; this call's {cost}",
+            headers={"Retry-After": str(e.retry_after)},
+            reason="cost",
         ) from None
     except Exception as e:
         problem = storage_problem(e)
@@ -255,5 +259,6 @@ def tenant_limited(call: Call) -> t.Iterator[None]:
             raise TooManyRequests(
                 e.message.replace("requests per minute", "key operations per minute per tenant"),
                 headers={"Retry-After": str(e.retry_after)},
+                reason="tenant_keys",
             ) from None
     yield

@@ -35,7 +35,7 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100)
 
-#: The reasons a call is refused with 429, by the start of its message.
+#: The reasons a call is refused with 429 (``TooManyRequests.reason``).
 REFUSAL_REASONS = ("rate", "concurrency", "cost", "tenant_keys")
 
 _lock = threading.Lock()
@@ -264,21 +264,11 @@ def batch(calls: int) -> None:
         m._batches.observe(calls)
 
 
-def refused(message: str) -> None:
-    """A call refused with 429; the reason from its message (see :mod:`memsvc.api.middleware`)."""
+def refused(reason: str) -> None:
+    """A call refused with 429 by one of :data:`REFUSAL_REASONS` (``TooManyRequests.reason``)."""
     m = _metrics
     if m is not None:
-        m._refusals[refusal_reason(message)].inc()
-
-
-def refusal_reason(message: str) -> str:
-    if "per tenant" in message:
-        return "tenant_keys"
-    if "embedding windows count as" in message:
-        return "cost"
-    if message.startswith("Too many concurrent"):
-        return "concurrency"
-    return "rate"
+        m._refusals[reason if reason in REFUSAL_REASONS else "rate"].inc()
 
 
 def storage_failure() -> None:

@@ -63,7 +63,7 @@ def call_done(call: t.Any, error: t.Any, started: float) -> None:
     metrics.call(call.path, code, time.perf_counter() - started)
     tracing.call_span(call.path, code, started)
     if code == "TOO_MANY_REQUESTS":
-        metrics.refused(error.message)
+        metrics.refused(error.reason)
     record = current.get()
     if record is None:
         return

@@ -11,6 +11,9 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from memsvc.cli import cli
+from memsvc.limits import Limiter
+from memsvc.limits import Limits
+from memsvc.limits import Refused
 from memsvc.observability import logs
 from memsvc.observability import metrics
 from memsvc.tokens import LocalVerifier
@@ -211,21 +214,29 @@ def test_metrics_ask_for_the_token_and_count_calls(make_app, new_key):
     assert procedures <= set(app.extensions["trpc"]) | {"unknown"}
 
 
-@pytest.mark.parametrize(
-    ("message", "reason"),
-    [
-        ("Rate limit exceeded: 5 requests per minute", "rate"),
-        ("Too many concurrent requests: at most 2 at once per API key", "concurrency"),
-        (
-            "Rate limit exceeded: 5 requests per minute; this call's 40 embedding windows "
-            "count as 3 calls (one per 16 windows)",
-            "cost",
-        ),
-        ("Rate limit exceeded: 30 key operations per minute per tenant", "tenant_keys"),
-    ],
-)
-def test_refusals_are_counted_by_reason(message, reason):
-    assert metrics.refusal_reason(message) == reason
+def test_refusals_are_counted_by_the_limit_that_refused(make_app, new_key, tmp_path):
+    app = make_app(METRICS_TOKEN=TOKEN, RATE_LIMIT_PER_MINUTE=2)
+    client = app.test_client()
+    scrape = {"Authorization": f"Bearer {TOKEN}"}
+    before = samples(client.get("/metrics", headers=scrape).text)
+    auth = {"x-api-key": new_key()}
+    codes = [
+        query(client, "memory.getAll", {"userId": "u"}, headers=auth).status_code for _ in range(3)
+    ]
+    assert codes == [200, 200, 429]
+    after = samples(client.get("/metrics", headers=scrape).text)
+    reasons = {
+        dict(labels)["reason"]: value - before.get((name, labels), 0.0)
+        for (name, labels), value in after.items()
+        if name == "memsvc_limiter_refusals_total"
+    }
+    assert reasons == {"rate": 1, "concurrency": 0, "cost": 0, "tenant_keys": 0}
+    # The limiter itself says which of its limits refused.
+    limiter = Limiter(str(tmp_path / "limits"))
+    limiter.acquire("k", Limits(per_minute=0, concurrent=1))
+    with pytest.raises(Refused) as refused:
+        limiter.acquire("k", Limits(per_minute=0, concurrent=1))
+    assert refused.value.reason == "concurrency"
 
 
 def test_unknown_paths_stay_one_line_and_one_label(make_app, new_key, lines):

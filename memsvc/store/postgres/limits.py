@@ -503,6 +503,7 @@ class PgLimiter:
             raise Refused(
                 f"Too many concurrent requests: at most {limits.concurrent} at once per API key",
                 1,
+                "concurrency",
             )
         return None if slot is None else (int(slot), int(ticket))
 
