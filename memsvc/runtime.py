@@ -18,6 +18,7 @@ from .limits import KeyLimiter
 from .limits import Limits
 from .maintenance import Maintenance
 from .search.cache import SearchCache
+from .search.shared import shared_dir
 from .store import Backend
 from .store import Store
 from .store import open_backend
@@ -39,7 +40,14 @@ class Runtime:
         )
         cache_bytes = settings["SEARCH_CACHE_MB"] * 1024 * 1024
         self.search_cache = (
-            SearchCache(cache_bytes, self.embedder.dimensions) if cache_bytes else None
+            SearchCache(
+                cache_bytes,
+                self.embedder.dimensions,
+                shared_dir=shared_dir(settings, instance_path),
+                share_min_bytes=settings["SEARCH_SHARED_MIN_KB"] * 1024,
+            )
+            if cache_bytes
+            else None
         )
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)

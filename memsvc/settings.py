@@ -278,8 +278,19 @@ SETTINGS: tuple[Setting, ...] = (
        "Most calls in one batch request.", "Limits"),
     # Search
     _S("SEARCH_CACHE_MB", 256, non_negative_int, "a whole number of megabytes (0: no cache)",
-       "Per worker: users' vectors kept in memory for search, least recently searched dropped "
-       "first (0: off).", "Search"),
+       "Users' vectors kept in memory for search, least recently searched dropped first (0: "
+       "off). Large users' vectors are in snapshot files every worker maps (counted once for "
+       "the box); small users' are kept by each worker, counted in each worker's own.",
+       "Search"),
+    _S("SEARCH_SHARED_DIR", None, _optional(_text), "a directory path",
+       "Where a box's workers keep the snapshot files of large users' vectors, shared by "
+       "mapping them: a folder for this server alone (emptied when memsvc starts).", "Search",
+       shown_default="beside the SQLite database (`<database>.search`); "
+       "`<instance>/search-cache/<id>` for PostgreSQL"),
+    _S("SEARCH_SHARED_MIN_KB", 4096, non_negative_int, "a whole number of KiB",
+       "A user whose vectors take at least this much is searched from a snapshot file shared "
+       "by the box's workers; smaller users stay in each worker's memory, where a first "
+       "search is quicker and no file is written (0: every user shared).", "Search"),
     _S("SEARCH_DEFAULT_THRESHOLD", 0.7, _fraction, "a number from 0 to 1",
        "The `threshold` of a `memory.search` that gives none (the API specification's 0.7).",
        "Search", shown_default="0.7"),

@@ -178,7 +178,7 @@ def _scan(
     # slower over an array that is mostly -inf (a 1% filter).
     idx = admitted[candidates(scores[admitted], k, threshold)]
     rows, owner = snap.rows_of(idx)
-    return rank(snap.matrix[rows], owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
+    return rank(snap.take(rows), owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
 
 
 def _knn(
@@ -376,7 +376,7 @@ def _cosines(
     at = snapshot.positions(seqs) if snapshot is not None else None
     if snapshot is not None and at is not None:
         rows, owner = snapshot.rows_of(at)
-        sims = similarities(snapshot.matrix[rows], owner, len(entries), query)
+        sims = similarities(snapshot.take(rows), owner, len(entries), query)
         return dict(zip(seqs.tolist(), sims.tolist(), strict=True))
     vids = np.concatenate([np.arange(e.first_vid, e.first_vid + e.windows) for e in entries])
     owner = np.repeat(np.arange(len(entries)), [e.windows for e in entries])

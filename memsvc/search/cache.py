@@ -4,12 +4,22 @@ A search (:func:`memsvc.search.nearest`) scans a user's matrix with one
 matrix-vector product, at memory-bandwidth speed, instead of sqlite-vec's
 scalar KNN, then ranks the candidates exactly like the uncached path.
 
-Each worker process holds its own cache. Before every search the user's
-change counters (:class:`memsvc.store.UserState`, one indexed row, changed
-in the same transaction as any write to that user's memories) are read
-inside the same read transaction as the search itself:
+Each worker process keeps its own view of a user (:class:`Snapshot`: the
+memories' ids, times, metadata and where their vectors are). A small user's
+vectors are in the view itself, in the worker's memory. A large user's
+(at least ``share_min_bytes``) are in a snapshot file (:mod:`.shared`)
+that every worker of the box maps read-only: the box holds one copy, in the
+page cache, whatever the number of workers; a view then holds privately only
+the vectors the file lacks (written since it was published), and publishes
+a new file once those are a sixteenth of the file. Small users stay
+in-process because a file costs a create, a write and two flushes to disk,
+and thousands of tiny files, for a copy that costs each worker little.
 
-* counters unchanged: the cached snapshot is current;
+Before every search the user's change counters (:class:`memsvc.store.UserState`,
+one indexed row, changed in the same transaction as any write to that user's
+memories) are read inside the same read transaction as the search itself:
+
+* counters unchanged: the view is current;
 * ``max_vid`` grew: new vectors (new memories, or new text), appended;
 * ``deletes`` or ``updates`` grew: the user's memories are listed again
   (vector ids, metadata, expiry; no vectors): gone ones are masked out,
@@ -17,21 +27,34 @@ inside the same read transaction as the search itself:
 * ``generation`` changed (every vector replaced) or ``user_key`` (the user
   was erased and is back): the user is reloaded.
 
-So a memory added, changed or deleted through any process is found, changed
-or gone in the very next search everywhere. Memory use is bounded by
-``max_bytes``: the least recently searched users are dropped first, and a
-user too large to fit is searched through the store instead. Rows of deleted
-memories are zeroed when they are masked, and :meth:`SearchCache.prune`
-drops users whose memories changed, so erased vectors do not linger.
+A snapshot file is never stale, only incomplete (see :mod:`.shared`): it is
+keyed by ``(user_key, generation)`` and holds vectors by id, which within
+those always mean the same stored vector. So a memory added, changed or
+deleted through any process is found, changed or gone in the very next
+search everywhere, whichever file any worker published meanwhile.
+
+Memory use is bounded by ``max_bytes``: the least recently searched users'
+views are dropped first, and a user too large to fit is searched through
+the store instead; the snapshot files together are kept within the same
+``max_bytes`` (a file is counted once, not once per worker mapping it).
+Rows of deleted memories are zeroed in a view when they are masked; a file
+is never written to, so :meth:`SearchCache.prune` (every few seconds per
+worker) rewrites without them, or removes, the files holding vectors of
+deleted memories or erased users, and drops views whose memories changed.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import fcntl
 import functools
+import logging
 import math
+import os
 import threading
+import time
 import typing as t
 
 import numpy as np
@@ -39,21 +62,34 @@ import numpy as np
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
+from . import shared
 from .filters import DEFAULT_BUDGET
 from .filters import Columns
 
+log = logging.getLogger(__name__)
+
 # Masked-out (deleted) rows are compacted away once they are this share.
 _MAX_DEAD = 0.25
+#: A user whose vectors take at least this much is kept in a snapshot file
+#: shared by the box's workers (when the cache has a folder for them).
+DEFAULT_SHARE_MIN_BYTES = 4 * 2**20
+# A view publishes a new file once the vectors it holds privately are this
+# share of the file's (or the user's rows dead in it are _MAX_DEAD).
+_MAX_PRIVATE = 1 / 16
 
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
     """One user's memories and vectors as of ``state``; never changed once published.
 
-    Entries (memories) ``[:m]`` and matrix rows ``[:n]`` are valid; entry
-    ``i`` owns rows ``row_start[i] .. row_start[i] + windows[i] - 1``.
-    Appends may write past ``m`` and ``n`` of the same arrays and publish a
-    new snapshot: readers of this one never look past its ``m`` and ``n``.
+    Entries (memories) ``[:m]`` and rows ``[:n]`` are valid; entry ``i``
+    owns rows ``row_start[i] .. row_start[i] + windows[i] - 1``. Rows
+    ``[:nb]`` are the snapshot ``file``'s (none without one), rows
+    ``nb .. n - 1`` are ``matrix[: n - nb]``, held privately. A file may
+    hold rows no entry owns (memories since deleted, or added after
+    ``state``). Appends may write past ``m`` and ``n`` of the same arrays and
+    publish a new snapshot: readers of this one never look past its ``m``
+    and ``n``.
     """
 
     state: UserState
@@ -68,12 +104,19 @@ class Snapshot:
     metadata: list[str]  # JSON, [m]
     metadata_bytes: int  # what the metadata texts take, as _text_bytes counts it
     n: int
-    matrix: np.ndarray  # float32 [cap, dims], the stored vectors as they are
+    matrix: np.ndarray  # float32 [cap, dims], the stored vectors as they are (private rows)
     scale: np.ndarray  # float32 [cap]: 1 / |row|, so that scores are cosines
     columns: Columns
+    file: shared.SnapshotFile | None = None
 
     @property
-    def nbytes(self) -> int:
+    def nb(self) -> int:
+        """Rows in the shared file."""
+        return self.file.header.rows if self.file is not None else 0
+
+    @property
+    def private_bytes(self) -> int:
+        """What this view holds in this worker's own memory."""
         arrays = (
             self.first_vid, self.windows, self.row_start, self.seqs, self.created,
             self.expires, self.alive, self.matrix, self.scale,
@@ -81,26 +124,86 @@ class Snapshot:
         return sum(a.nbytes for a in arrays) + self.metadata_bytes + self.columns.nbytes
 
     @property
+    def nbytes(self) -> int:
+        """What this view uses: its private memory and the file it maps."""
+        return self.private_bytes + (self.file.nbytes if self.file is not None else 0)
+
+    @property
     def single(self) -> bool:
-        """Every memory has one vector: rows and entries are the same."""
-        return self.n == self.m
+        """Every memory has one vector, in order, all private: rows and entries are the same."""
+        return self.n == self.m and self.file is None
 
     @property
     def dead_rows(self) -> int:
         return int(np.sum(self.windows[: self.m][~self.alive[: self.m]]))
+
+    @property
+    def dims(self) -> int:
+        return int(self.matrix.shape[1])
 
     def row_scores(self, query: np.ndarray) -> np.ndarray:
         """Float32 cosine of each row ``[:n]`` with ``query``."""
         q = np.asarray(query, dtype=np.float32)
         # Embedders return unit vectors, but scale anyway so that scores
         # are cosines whatever was stored.
-        return (self.matrix[: self.n] @ q) * self.scale[: self.n] * np.float32(1 / math.sqrt(q @ q))
+        inverse = np.float32(1 / math.sqrt(q @ q))
+        if self.file is None:
+            return (self.matrix[: self.n] @ q) * self.scale[: self.n] * inverse
+        nb, n = self.nb, self.n
+        out = np.empty(n, dtype=np.float32)
+        np.matmul(self.file.matrix, q, out=out[:nb])
+        out[:nb] *= self.file.scale
+        if n > nb:
+            np.matmul(self.matrix[: n - nb], q, out=out[nb:])
+            out[nb:] *= self.scale[: n - nb]
+        out *= inverse
+        return out
 
     def entry_scores(self, row_scores: np.ndarray) -> np.ndarray:
         """Each memory's best window's score."""
         if self.single:
             return row_scores.copy()
-        return np.maximum.reduceat(row_scores, self.row_start[: self.m])
+        if self.file is None:  # rows in entry order, each entry's after the last's
+            return np.maximum.reduceat(row_scores, self.row_start[: self.m])
+        if self._one_window:
+            return row_scores[self.row_start[: self.m]]
+        # Entries own ranges anywhere among the rows: reduce over [start, end) pairs.
+        padded = np.append(row_scores, np.float32(-np.inf))
+        return np.maximum.reduceat(padded, self._ranges)[::2]
+
+    @functools.cached_property
+    def _one_window(self) -> bool:
+        return bool(np.all(self.windows[: self.m] == 1))
+
+    @functools.cached_property
+    def _ranges(self) -> np.ndarray:
+        starts = self.row_start[: self.m]
+        out = np.empty(2 * self.m, dtype=np.int64)
+        out[0::2] = starts
+        out[1::2] = starts + self.windows[: self.m]
+        return out
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """These rows' stored vectors (float32), wherever they are."""
+        if self.file is None:
+            return self.matrix[rows]
+        nb = self.nb
+        out = np.empty((len(rows), self.dims), dtype=np.float32)
+        in_file = rows < nb
+        out[in_file] = self.file.matrix[rows[in_file]]
+        out[~in_file] = self.matrix[rows[~in_file] - nb]
+        return out
+
+    def take_scale(self, rows: np.ndarray) -> np.ndarray:
+        """These rows' ``1 / |row|``."""
+        if self.file is None:
+            return self.scale[rows]
+        nb = self.nb
+        out = np.empty(len(rows), dtype=np.float32)
+        in_file = rows < nb
+        out[in_file] = self.file.scale[rows[in_file]]
+        out[~in_file] = self.scale[rows[~in_file] - nb]
+        return out
 
     @functools.cached_property
     def _by_seq(self) -> tuple[np.ndarray, np.ndarray]:
@@ -118,7 +221,7 @@ class Snapshot:
         return where[at]
 
     def rows_of(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The matrix rows of these entries, and for each row its position in ``entries``."""
+        """The rows of these entries, and for each row its position in ``entries``."""
         counts = self.windows[entries]
         owner = np.repeat(np.arange(len(entries)), counts)
         starts = np.repeat(self.row_start[entries], counts)
@@ -127,12 +230,26 @@ class Snapshot:
 
 
 class SearchCache:
-    """Users' vectors in memory, for exact search; bounded to ``max_bytes``."""
+    """Users' vectors in memory, for exact search; bounded to ``max_bytes``.
 
-    def __init__(self, max_bytes: int, dimensions: int):
+    ``shared_dir``: the folder of the box's snapshot files (:mod:`.shared`);
+    None keeps every user in this process. ``share_min_bytes``: users whose
+    vectors take less stay in this process anyway.
+    """
+
+    def __init__(
+        self,
+        max_bytes: int,
+        dimensions: int,
+        shared_dir: str | None = None,
+        share_min_bytes: int = DEFAULT_SHARE_MIN_BYTES,
+    ):
         self.max_bytes = max_bytes
+        self.dimensions = dimensions
         # What one cached vector costs: its float32 row and scale, at least.
         self.row_bytes = dimensions * 4 + 4
+        self.share_min_bytes = share_min_bytes
+        self.files = shared.SnapshotDir(shared_dir, max_bytes) if shared_dir else None
         self._entries: collections.OrderedDict[tuple[str, str], Snapshot] = (
             collections.OrderedDict()
         )
@@ -141,6 +258,10 @@ class SearchCache:
         self._bytes = 0
         self._lock = threading.Lock()
         self._loading: dict[tuple[str, str], threading.Lock] = {}
+        # Files found holding no deleted memory's vector, by (path, inode): their deletes.
+        self._checked: dict[tuple[str, tuple[int, int]], int] = {}
+        self._touched: dict[str, float] = {}
+        self._write_failed = False
 
     @property
     def nbytes(self) -> int:
@@ -175,6 +296,8 @@ class SearchCache:
                 return None
             new = self._refresh(store, tenant, user_id, state, snap)
             self._put(key, new)
+            if new is not None and new.file is not None:
+                self._touch(new.file.path)
             return new
 
     def settle(self, tenant: str, user_id: str, snap: Snapshot) -> None:
@@ -189,22 +312,30 @@ class SearchCache:
             self._evict()
 
     def forget(self, tenant: str, user_id: str) -> None:
-        """Drop a user's snapshot (erased: nothing of theirs is kept)."""
+        """Drop a user's snapshot and file (erased: nothing of theirs is kept)."""
         self._put((tenant, user_id), None)
+        if self.files is not None and shared.fits(tenant, user_id):
+            self.files.remove(self.files.file_of(tenant, user_id))
 
     def prune(self, store: Store) -> int:
         """Drop every cached user whose memories changed since cached; returns how many.
 
         Run now and then (memsvc does, every few seconds per worker), so
         that vectors of deleted memories do not stay in memory for users no
-        one searches again.
+        one searches again. Snapshot files holding vectors of deleted
+        memories are rewritten without them, those of erased users (or of
+        vectors replaced) removed, with temporary files of writers killed
+        half way; views of files replaced or removed are dropped.
         """
+        if self.files is not None:
+            self._sweep(store)
         with self._lock:
-            cached = [(key, snap.state) for key, snap in self._entries.items()]
+            cached = [(key, snap) for key, snap in self._entries.items()]
         dropped = 0
         with store.read():
-            for key, state in cached:
-                if store.user_state(*key) != state:
+            for key, snap in cached:
+                gone = snap.file is not None and shared.inode(snap.file.path) != snap.file.inode
+                if gone or store.user_state(*key) != snap.state:
                     self._put(key, None)
                     dropped += 1
         return dropped
@@ -226,10 +357,10 @@ class SearchCache:
             old is None
             or old.state.user_key != state.user_key
             or old.state.generation != state.generation
+            or (old.file is not None and shared.inode(old.file.path) != old.file.inode)
         ):
-            return load(
-                store, tenant, user_id, state, self.row_bytes, self.max_bytes, self.column_budget
-            )
+            # New, or another worker published a file: (re)read the whole user.
+            return self._load(store, tenant, user_id, state)
         snap = old
         if state.deletes != old.state.deletes or state.updates != old.state.updates:
             snap = _relisted(snap, store.entries(tenant, user_id))
@@ -237,11 +368,147 @@ class SearchCache:
             added = store.entries(tenant, user_id, after_vid=old.state.max_vid)
             if (snap.n + sum(e.windows for e in added)) * self.row_bytes > self.max_bytes:
                 return None  # grown too large to cache: searched through the store
-            vids = _vids(added)
-            snap = _append(snap, added, store.vectors(tenant, user_id, vids))
-        if snap.dead_rows > _MAX_DEAD * snap.n:
+            snap = _append(snap, added, lambda vids: store.vectors(tenant, user_id, vids))
+        snap = dataclasses.replace(snap, state=state)
+        if self._shares(tenant, user_id, snap.n) and (
+            snap.file is None
+            or snap.n - snap.nb > _MAX_PRIVATE * snap.nb
+            or snap.dead_rows > _MAX_DEAD * snap.n
+        ):
+            published = self._publish(tenant, user_id, snap)
+            if published is not None:
+                return published
+        if snap.dead_rows > _MAX_DEAD * snap.n and snap.file is None:
             snap = _compact(snap)
-        return dataclasses.replace(snap, state=state)
+        return snap
+
+    def _shares(self, tenant: str, user_id: str, rows: int) -> bool:
+        return (
+            self.files is not None
+            and not self._write_failed
+            and rows * self.row_bytes >= self.share_min_bytes
+            and shared.fits(tenant, user_id)
+        )
+
+    def _load(self, store: Store, tenant: str, user_id: str, state: UserState) -> Snapshot | None:
+        entries = store.entries(tenant, user_id)
+        rows = sum(e.windows for e in entries)
+        if rows * self.row_bytes > self.max_bytes:
+            return None
+        if not self._shares(tenant, user_id, rows):
+            return load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
+                        entries=entries)  # fmt: skip
+        assert self.files is not None
+        path = self.files.file_of(tenant, user_id)
+        found = shared.open_file(path, tenant, user_id, self.dimensions)
+        if found is not None and (found.header.user_key, found.header.generation) == (
+            state.user_key,
+            state.generation,
+        ):
+            snap = _assemble(
+                state, entries, found, lambda vids: store.vectors(tenant, user_id, vids),
+                self.column_budget,
+            )  # fmt: skip
+            if snap.n - snap.nb <= _MAX_PRIVATE * snap.nb:
+                return snap
+            return self._publish(tenant, user_id, snap) or snap
+        # No usable file: read every vector once, publish them, map them.
+        whole = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
+                     entries=entries)  # fmt: skip
+        assert whole is not None
+        return self._publish(tenant, user_id, whole) or whole
+
+    def _publish(self, tenant: str, user_id: str, snap: Snapshot) -> Snapshot | None:
+        """Write the live rows of ``snap`` as the user's file; the view over it, or None."""
+        assert self.files is not None
+        path = self.files.file_of(tenant, user_id)
+        live = np.flatnonzero(snap.alive[: snap.m])
+        rows, owner = snap.rows_of(live)
+        vids = snap.first_vid[live][owner] + (rows - snap.row_start[live][owner])
+        order = np.argsort(vids, kind="stable")
+        rows, vids = rows[order], vids[order]
+        header = shared.Header(
+            tenant, user_id, snap.state.user_key, snap.state.generation, snap.state.deletes,
+            len(rows), snap.dims,
+        )  # fmt: skip
+        try:
+            shared.write_file(
+                path, header, vids, snap.take_scale(rows), lambda a, b: snap.take(rows[a:b])
+            )
+        except OSError as e:
+            if not self._write_failed:
+                log.warning("search cache: cannot write %s (%s); keeping vectors per worker",
+                            path, e)  # fmt: skip
+            self._write_failed = True
+            return None
+        self.files.fit(keep=path)
+        found = shared.open_file(path, tenant, user_id, self.dimensions)
+        if found is None:
+            return None  # removed at once (over the budget, or erased meanwhile)
+        return _rebased(snap, found)
+
+    def _touch(self, path: str) -> None:
+        """Mark a file used, at most every few seconds (least recently used files go first)."""
+        now = _monotonic()
+        if now - self._touched.get(path, -math.inf) > 5:
+            self._touched[path] = now
+            assert self.files is not None
+            self.files.touch(path)
+
+    def _sweep(self, store: Store) -> None:
+        """One worker at a time: no file keeps what was erased; temporary leftovers go."""
+        assert self.files is not None
+        with _exclusive(self.files.path) as mine:
+            if not mine:
+                return  # another worker is at it
+            self.files.sweep_temporary()
+            for path in self.files.files():
+                self._sweep_file(store, path)
+            self.files.fit()
+
+    def _sweep_file(self, store: Store, path: str) -> None:
+        assert self.files is not None
+        checked = shared.read_header(path)
+        if checked is None:
+            self.files.remove(path)  # not a file this memsvc can read
+            return
+        header, _ = checked
+        ino = shared.inode(path)
+        with store.read():
+            state = store.user_state(header.tenant, header.user_id)
+            if (
+                state is None
+                or state.user_key != header.user_key
+                or state.generation != header.generation
+                or header.dims != self.dimensions
+            ):
+                self.files.remove(path)  # erased, or every vector replaced
+                return
+            if state.deletes == header.deletes or (
+                ino is not None and self._checked.get((path, ino)) == state.deletes
+            ):
+                return  # nothing deleted since the file's rows were listed
+            entries = store.entries(header.tenant, header.user_id)
+        found = shared.open_file(path, header.tenant, header.user_id, self.dimensions)
+        if found is None:
+            return
+        keep = np.isin(found.vids, _vids(entries))
+        if keep.all():
+            self._checked[(path, found.inode)] = state.deletes
+            return
+        rows = np.flatnonzero(keep)
+        compacted = shared.Header(
+            header.tenant, header.user_id, header.user_key, header.generation, state.deletes,
+            len(rows), header.dims,
+        )  # fmt: skip
+        try:
+            shared.write_file(
+                path, compacted, found.vids[rows], found.scale[rows],
+                lambda a, b: found.matrix[rows[a:b]],
+            )  # fmt: skip
+        except OSError:
+            self.files.remove(path)  # a file that cannot be rewritten must not keep them
+        log.info("search cache: rewrote %s without %d deleted vectors", path, len(keep) - len(rows))
 
     # -- the LRU ---------------------------------------------------------------------
 
@@ -272,6 +539,29 @@ class SearchCache:
             self._loading.pop(evicted_key, None)
 
 
+def _monotonic() -> float:
+    return time.monotonic()
+
+
+@contextlib.contextmanager
+def _exclusive(folder: str) -> t.Iterator[bool]:
+    """Whether this process holds the folder's sweep lock (never waits for it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
 def load(
     store: Store,
     tenant: str,
@@ -280,9 +570,11 @@ def load(
     row_bytes: int = 0,
     max_bytes: int | None = None,
     column_budget: int = DEFAULT_BUDGET,
+    entries: list[Entry] | None = None,
 ) -> Snapshot | None:
-    """A user's snapshot read from the store; None if over ``max_bytes``."""
-    entries = store.entries(tenant, user_id)
+    """A user's snapshot read from the store, all in this process; None if over ``max_bytes``."""
+    if entries is None:
+        entries = store.entries(tenant, user_id)
     rows = sum(e.windows for e in entries)
     if max_bytes is not None and rows * row_bytes > max_bytes:
         return None
@@ -304,6 +596,56 @@ def load(
         columns=Columns([], column_budget),
     )
     return _append(snap, entries, matrix, in_place=True)
+
+
+def _assemble(
+    state: UserState,
+    entries: list[Entry],
+    file: shared.SnapshotFile,
+    vectors_of: t.Callable[[np.ndarray], np.ndarray],
+    column_budget: int,
+) -> Snapshot:
+    """A view of these memories over ``file``; vectors it lacks from ``vectors_of``."""
+    dims = file.header.dims
+    empty = _empty_entries(len(entries) + len(entries) // 16 + 8)
+    snap = Snapshot(
+        state=state,
+        m=0,
+        **empty,
+        metadata=[],
+        metadata_bytes=0,
+        n=file.header.rows,
+        matrix=np.zeros((0, dims), dtype=np.float32),
+        scale=np.zeros(0, dtype=np.float32),
+        columns=Columns([], column_budget),
+        file=file,
+    )
+    return _append(snap, entries, vectors_of)
+
+
+def _rebased(snap: Snapshot, file: shared.SnapshotFile) -> Snapshot:
+    """``snap``'s live memories over ``file``: rows it lacks copied from ``snap``."""
+    keep = np.flatnonzero(snap.alive[: snap.m])
+    entries = [
+        Entry(int(snap.seqs[i]), int(snap.first_vid[i]), int(snap.windows[i]),
+              int(snap.created[i]), int(snap.expires[i]) or None, snap.metadata[i])
+        for i in keep
+    ]  # fmt: skip
+    by_vid = {int(snap.first_vid[i]): int(i) for i in keep}
+
+    def vectors_of(vids: np.ndarray) -> np.ndarray:
+        # Whole memories, in order: each first vid starts a run of its windows.
+        out = []
+        at = 0
+        while at < len(vids):
+            i = by_vid[int(vids[at])]
+            w = int(snap.windows[i])
+            start = int(snap.row_start[i])
+            out.append(snap.take(np.arange(start, start + w)))
+            at += w
+        return np.concatenate(out) if out else np.zeros((0, snap.dims), dtype=np.float32)
+
+    return _assemble(snap.state, entries, file, vectors_of, snap.columns.budget)
 
 
 def _vids(entries: list[Entry]) -> np.ndarray:
@@ -337,44 +679,65 @@ def _behind(state: UserState, cached: UserState) -> bool:
 
 
 def _append(
-    snap: Snapshot, entries: list[Entry], vectors: np.ndarray, in_place: bool = False
+    snap: Snapshot,
+    entries: list[Entry],
+    vectors: np.ndarray | t.Callable[[np.ndarray], np.ndarray],
+    in_place: bool = False,
 ) -> Snapshot:
-    """``snap`` with these memories and their vectors (in vector-id order) added at the end.
+    """``snap`` with these memories (in vector-id order) added at the end.
 
-    ``in_place``: ``vectors`` already is ``snap.matrix``, rows from ``snap.n``.
+    Their vectors are the file's where it holds them; the others are
+    ``vectors`` (in vector-id order), or what ``vectors(vids)`` returns for
+    their ids. ``in_place``: ``vectors`` already is ``snap.matrix``, rows
+    from ``snap.n`` (no file).
     """
     if not entries:
         return snap
-    m, n = snap.m, snap.n
+    m, n, nb = snap.m, snap.n, snap.nb
     k = len(entries)
-    rows = int(sum(e.windows for e in entries))
-    if not in_place and vectors.shape[1] != snap.matrix.shape[1] and n:
-        raise ValueError("vector dimension changed without a new generation")
     if m + k > len(snap.seqs):
         capacity = m + k + (m + k) // 4 + 8
         grown: dict[str, t.Any] = {
             name: _grow(getattr(snap, name), m, capacity) for name in _empty_entries(0)
         }
         snap = dataclasses.replace(snap, **grown)
-    if not in_place and (n + rows > len(snap.matrix) or snap.matrix.shape[1] != vectors.shape[1]):
-        # Growing copies every row, so grow by a quarter at a time.
-        capacity = n + rows + (n + rows) // 4 + 8
-        snap = dataclasses.replace(
-            snap,
-            matrix=_grow(snap.matrix, n, capacity, vectors.shape[1]),
-            scale=_grow(snap.scale, n, capacity),
-        )
     windows = np.array([e.windows for e in entries], dtype=np.int64)
-    snap.first_vid[m : m + k] = [e.first_vid for e in entries]
+    first = np.array([e.first_vid for e in entries], dtype=np.int64)
+    if snap.file is not None:
+        start = snap.file.rows_of(first)
+        whole = (start >= 0) & (snap.file.rows_of(first + windows - 1) == start + windows - 1)
+        start[~whole] = -1
+    else:
+        start = np.full(k, -1, dtype=np.int64)
+    missing = start < 0
+    rows = int(windows[missing].sum())
+    if rows:
+        if not in_place:
+            if callable(vectors):
+                got = vectors(_vids([e for e, miss in zip(entries, missing, strict=True) if miss]))
+            else:
+                got = vectors
+            if n - nb and got.shape[1] != snap.matrix.shape[1]:
+                raise ValueError("vector dimension changed without a new generation")
+            if n - nb + rows > len(snap.matrix) or snap.matrix.shape[1] != got.shape[1]:
+                # Growing copies every row, so grow by a quarter at a time.
+                capacity = n - nb + rows + (n - nb + rows) // 4 + 8
+                snap = dataclasses.replace(
+                    snap,
+                    matrix=_grow(snap.matrix, n - nb, capacity, got.shape[1]),
+                    scale=_grow(snap.scale, n - nb, capacity),
+                )
+            snap.matrix[n - nb : n - nb + rows] = got[:rows]
+        held = snap.matrix[n - nb : n - nb + rows]
+        snap.scale[n - nb : n - nb + rows] = _inverse_norms(held)
+        start[missing] = n + np.cumsum(windows[missing]) - windows[missing]
+    snap.first_vid[m : m + k] = first
     snap.windows[m : m + k] = windows
-    snap.row_start[m : m + k] = n + np.cumsum(windows) - windows
+    snap.row_start[m : m + k] = start
     snap.seqs[m : m + k] = [e.seq for e in entries]
     snap.created[m : m + k] = [e.created_at for e in entries]
     snap.expires[m : m + k] = [e.expires_at or 0 for e in entries]
     snap.alive[m : m + k] = True
-    if not in_place:
-        snap.matrix[n : n + rows] = vectors[:rows]
-    snap.scale[n : n + rows] = _inverse_norms(snap.matrix[n : n + rows])
     added = [e.metadata for e in entries]
     return dataclasses.replace(
         snap,
@@ -388,7 +751,7 @@ def _append(
 
 def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
     """``snap`` with memories no longer present masked, and changed metadata or expiry."""
-    m = snap.m
+    m, nb = snap.m, snap.nb
     by_vid = {e.first_vid: e for e in present}
     alive = snap.alive.copy()
     expires = snap.expires.copy()
@@ -400,9 +763,11 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
         if entry is None:
             if alive[i]:
                 alive[i] = False
-                # The vectors of a deleted memory do not stay in memory.
+                # The vectors of a deleted memory do not stay in this worker's
+                # memory (a file's are rewritten by prune).
                 start = int(snap.row_start[i])
-                matrix[start : start + int(snap.windows[i])] = 0
+                if start >= nb:
+                    matrix[start - nb : start - nb + int(snap.windows[i])] = 0
             continue
         expires[i] = entry.expires_at or 0
         if metadata[i] != entry.metadata:
@@ -434,6 +799,7 @@ def _grow(array: np.ndarray, n: int, capacity: int, width: int | None = None) ->
 
 
 def _compact(snap: Snapshot) -> Snapshot:
+    """``snap`` without its deleted memories (all in this process: no file)."""
     keep = np.flatnonzero(snap.alive[: snap.m])
     rows, _ = snap.rows_of(keep)
     windows = snap.windows[keep]

@@ -18,6 +18,8 @@ import typing as t
 from .. import settings as _settings
 from ..errors import ConfigError
 from ..observability import metrics
+from ..search.shared import clear_snapshots
+from ..search.shared import shared_dir
 
 __all__ = [
     "bind", "workers", "threads", "worker_class", "access_log_format", "timeout",
@@ -99,6 +101,9 @@ def on_starting(server: t.Any) -> None:
             check_bind(address)
     except ConfigError as e:
         raise SystemExit(f"memsvc: {e}") from None
+    # Snapshot files of an earlier run may be of another database (one
+    # restored from a backup, say): the workers write their own.
+    clear_snapshots(shared_dir(_values, _settings.default_instance_path()))
 
 
 def check_bind(address: str) -> None:

@@ -1,5 +1,6 @@
 """memsvc.search: the cached path returns exactly what the uncached path and brute force do."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from memsvc import clock
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import cache as cache_module
 from memsvc.search import filters
 from memsvc.search import nearest
 from memsvc.search.exact import exact_similarity
@@ -23,6 +25,17 @@ from tests.support.stores import raw_vector
 from tests.support.stores import sql
 
 DIMS = 32
+
+
+@pytest.fixture(autouse=True, params=["per-worker", "shared"])
+def cache_kind(request, tmp_path, monkeypatch):
+    """Every test twice: vectors in the process, and in a snapshot file (every user shared)."""
+    if request.param == "shared":
+        shared = functools.partial(
+            cache_module.SearchCache, shared_dir=str(tmp_path / "snapshots"), share_min_bytes=0
+        )
+        monkeypatch.setitem(globals(), "SearchCache", shared)
+    return request.param
 
 
 def clustered(rng, n, centroids):

@@ -1,0 +1,275 @@
+"""One copy of a large user's vectors per box: worker memory and search speed, before and after.
+
+Workload (seeded): one user with N = 100,000 memories of 1536-d unit
+vectors drawn around 200 topic centroids (as in bench/search.py), stored
+through memsvc's store in batches of 1,000; queries drawn the same way.
+
+1. gunicorn, 2 workers, the checked-in config, embedding through a local
+   stand-in for an OpenAI-compatible endpoint (1536-d vectors, no delay; the
+   query cache answers repeated queries, so a warm search is the search).
+   Twice on the same database: "per worker" (MEMSVC_SEARCH_SHARED_MIN_KB
+   above the user's size: each worker holds its own copy, as before) and
+   "shared" (the default: the user's snapshot file, mapped by both).
+   Searches are sent until both workers have served the user; then each
+   worker's /proc/<pid>/smaps_rollup gives its private memory
+   (Private_Clean + Private_Dirty), its shared memory and its proportional
+   share (Pss); and 200 sequential warm searches over HTTP give p50/p95.
+2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
+   with the per-worker cache and with the shared one, queries interleaved,
+   p50/p95 and the ratio; and the first search after a write by another
+   connection (one new memory).
+
+    python -m bench.shared_cache [--memories 100000] [--queries 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import threading
+import time
+import urllib.parse
+import uuid
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import requests  # noqa: E402
+
+from bench.report import recording  # noqa: E402
+from bench.search import draw  # noqa: E402
+from memsvc import clock  # noqa: E402
+from memsvc.models import Memory  # noqa: E402
+from memsvc.search import Scope  # noqa: E402
+from memsvc.search import SearchCache  # noqa: E402
+from memsvc.search import nearest  # noqa: E402
+from memsvc.store import SqliteStore  # noqa: E402
+from memsvc.store import connect  # noqa: E402
+from tests.support.fake_provider import FakeProvider  # noqa: E402
+from tests.support.servers import start_server  # noqa: E402
+
+DIMS = 1536
+TOPICS = 200
+K = 10
+MB = 2**20
+
+
+class Provider(FakeProvider):
+    """1536-d unit vectors, a fixed one per text, answered at once."""
+
+    def vector(self, text: str) -> list[float]:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(self.dimensions)
+        return (v / np.linalg.norm(v)).tolist()
+
+
+def build(path: str, n: int) -> np.ndarray:
+    """The database: one user ("large") with n memories; returns the topic centroids."""
+    rng = np.random.default_rng(n)
+    centroids = rng.standard_normal((TOPICS, DIMS))
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    store = SqliteStore(connect(path))
+    store.migrate("openai:fake", DIMS)
+    for start in range(0, n, 1000):
+        count = min(1000, n - start)
+        memories = [
+            Memory(str(uuid.uuid4()), "bench", "large", f"memory {start + i}", {},
+                   1_700_000_000_000 + start + i, 1_700_000_000_000 + start + i)
+            for i in range(count)
+        ]  # fmt: skip
+        with store.write():
+            store.insert_memories(memories, draw(rng, centroids, count))
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.conn.close()
+    return centroids
+
+
+def smaps(pid: int) -> dict[str, float]:
+    """A process's smaps_rollup, in MB."""
+    out = {}
+    for line in pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value = line.split(":", 1)
+        out[name] = int(value.split()[0]) / 1024
+    return out
+
+
+def workers(pid: int) -> list[int]:
+    children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children]
+
+
+def pct(times: list[float], p: float) -> float:
+    return float(np.percentile(times, p)) * 1000
+
+
+def served(tmp: pathlib.Path, db: str, provider: Provider, matrix_mb: float, n_queries: int,
+           **settings: str) -> tuple[list[dict[str, float]], list[float]]:  # fmt: skip
+    """Start gunicorn on ``db``; each worker's smaps once both hold the user; warm latencies."""
+    tmp.mkdir()
+    env = {
+        **provider.settings,
+        "MEMSVC_DATABASE": db,
+        "MEMSVC_SEARCH_SHARED_DIR": str(tmp / "snapshots"),
+        **settings,
+    }
+    server = start_server(tmp, deadline=180, **env)
+    try:
+        key = server.create_key("bench", "bench")
+        key_id = next(
+            line.split()[0]
+            for line in server.cli("keys", "list").stdout.splitlines()
+            if " bench " in line
+        )
+        server.cli("keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000")
+        texts = [f"question {i}" for i in range(20)]
+
+        def search(i: int, session: requests.Session) -> None:
+            payload = json.dumps({"userId": "large", "query": texts[i % len(texts)],
+                                  "limit": K, "threshold": 0})  # fmt: skip
+            resp = session.get(
+                server.trpc + "/memory.search?input=" + urllib.parse.quote(payload),
+                headers={"x-api-key": key},
+                timeout=300,
+            )
+            assert resp.status_code == 200, resp.text
+
+        pids = workers(server.proc.pid)
+        assert len(pids) == 2, pids
+        idle = {p: smaps(p)["Rss"] for p in pids}
+        # Until both workers hold the user: concurrent searches reach both.
+        deadline = time.monotonic() + 600
+        while min(smaps(p)["Rss"] - idle[p] for p in pids) < 0.9 * matrix_mb:
+            assert time.monotonic() < deadline, [smaps(p) for p in pids]
+            threads = [
+                threading.Thread(
+                    target=lambda: [search(i, requests.Session()) for i in range(len(texts))]
+                )
+                for _ in range(4)
+            ]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        time.sleep(1)
+        memory = [smaps(p) for p in pids]
+        session = requests.Session()
+        times = []
+        for i in range(n_queries):
+            started = time.perf_counter()
+            search(i, session)
+            times.append(time.perf_counter() - started)
+        return memory, times
+    finally:
+        server.stop()
+
+
+def in_process(db: str, centroids: np.ndarray, n_queries: int, tmp: str) -> list[tuple]:
+    """Warm search and search after a write: per-worker cache against the shared one."""
+    store = SqliteStore(connect(db))
+    caches = {
+        "per worker": SearchCache(4096 * MB, DIMS),
+        "shared": SearchCache(4096 * MB, DIMS, shared_dir=os.path.join(tmp, "in-process")),
+    }
+    rng = np.random.default_rng(1)
+    queries = draw(rng, centroids, n_queries)
+
+    def run(cache: SearchCache, q: np.ndarray) -> list[str]:
+        found = nearest(store, cache, "bench", "large", q, K, 0.0, Scope(clock.now_ms()))
+        return [r.memory.id for r in found]
+
+    first = {}
+    for name, cache in caches.items():
+        started = time.perf_counter()
+        run(cache, queries[0])
+        first[name] = time.perf_counter() - started
+    warm: dict[str, list[float]] = {name: [] for name in caches}
+    for q in queries:
+        answers = []
+        for name, cache in caches.items():
+            started = time.perf_counter()
+            answers.append(run(cache, q))
+            warm[name].append(time.perf_counter() - started)
+        assert answers[0] == answers[1]
+    after: dict[str, list[float]] = {name: [] for name in caches}
+    writer = SqliteStore(connect(db))
+    for q in queries[:20]:
+        with writer.write():
+            writer.insert_memories([Memory(str(uuid.uuid4()), "bench", "large", "new", {}, 1, 1)],
+                                   q[None, :])  # fmt: skip
+        for name, cache in caches.items():
+            started = time.perf_counter()
+            found = run(cache, q)
+            after[name].append(time.perf_counter() - started)
+            assert found[0] == run(None, q)[0]  # type: ignore[arg-type]
+    writer.conn.close()
+    store.conn.close()
+    base = pct(warm["per worker"], 50)
+    base_after = pct(after["per worker"], 50)
+    return [
+        (name, pct(warm[name], 50), pct(warm[name], 95), pct(warm[name], 50) / base,
+         pct(after[name], 50), pct(after[name], 50) / base_after, first[name] * 1000)
+        for name in caches
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memories", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    n = args.memories
+    matrix_mb = n * DIMS * 4 / MB
+    with contextlib.ExitStack() as stack:
+        tmp = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.dir)))
+        db = str(tmp / "bench.sqlite3")
+        started = time.perf_counter()
+        centroids = build(db, n)
+        print(f"one user, {n:,} memories x {DIMS} dims: matrix {matrix_mb:.0f} MB "
+              f"(built in {time.perf_counter() - started:.0f} s)")  # fmt: skip
+        provider = stack.enter_context(Provider(delay=0, dimensions=DIMS))
+        modes = {
+            "per worker (before)": {"MEMSVC_SEARCH_SHARED_MIN_KB": str(10**9)},
+            "shared (after)": {},
+        }
+        results = {}
+        for i, (name, settings) in enumerate(modes.items()):
+            results[name] = served(tmp / f"server{i}", db, provider, matrix_mb, args.queries,
+                                   **settings)  # fmt: skip
+        print()
+        print("gunicorn, 2 workers: each worker's memory once both have searched the user (MB)")
+        print(f"{'cache':<22}{'worker':>7}{'Rss':>8}{'Shared':>8}{'Private':>9}{'Pss':>8}"
+              f"{'private/matrix':>16}")  # fmt: skip
+        for name, (memory, _) in results.items():
+            for w, m in enumerate(memory):
+                private = m["Private_Clean"] + m["Private_Dirty"]
+                shared = m["Shared_Clean"] + m["Shared_Dirty"]
+                print(f"{name:<22}{w + 1:>7}{m['Rss']:>8.0f}{shared:>8.0f}{private:>9.0f}"
+                      f"{m['Pss']:>8.0f}{private / matrix_mb:>15.1%}")  # fmt: skip
+        print()
+        print(f"gunicorn, warm memory.search over HTTP ({args.queries} sequential, top {K})")
+        print(f"{'cache':<22}{'p50 ms':>9}{'p95 ms':>9}{'x before':>10}")
+        base = pct(results["per worker (before)"][1], 50)
+        for name, (_, times) in results.items():
+            print(f"{name:<22}{pct(times, 50):>9.2f}{pct(times, 95):>9.2f}"
+                  f"{pct(times, 50) / base:>10.2f}")  # fmt: skip
+        print()
+        print(f"in-process, memsvc.search.nearest ({args.queries} queries, interleaved)")
+        print(f"{'cache':<22}{'warm p50':>9}{'warm p95':>9}{'x before':>10}"
+              f"{'after write p50':>17}{'x before':>10}{'first ms':>10}")  # fmt: skip
+        for name, p50, p95, ratio, after, after_ratio, first in in_process(
+            db, centroids, args.queries, str(tmp)
+        ):
+            label = name + (" (before)" if name == "per worker" else " (after)")
+            print(f"{label:<22}{p50:>9.2f}{p95:>9.2f}{ratio:>10.2f}{after:>17.2f}"
+                  f"{after_ratio:>10.2f}{first:>10.0f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    with recording("shared_cache"):
+        main()
