@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import pathlib
@@ -50,22 +49,13 @@ from memsvc.search import SearchCache  # noqa: E402
 from memsvc.search import nearest  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
-from tests.support.fake_provider import FakeProvider  # noqa: E402
+from tests.support.fake_provider import UnitProvider  # noqa: E402
 from tests.support.servers import start_server  # noqa: E402
 
 DIMS = 1536
 TOPICS = 200
 K = 10
 MB = 2**20
-
-
-class Provider(FakeProvider):
-    """1536-d unit vectors, a fixed one per text, answered at once."""
-
-    def vector(self, text: str) -> list[float]:
-        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-        v = np.random.default_rng(seed).standard_normal(self.dimensions)
-        return (v / np.linalg.norm(v)).tolist()
 
 
 def build(path: str, n: int) -> np.ndarray:
@@ -107,7 +97,7 @@ def pct(times: list[float], p: float) -> float:
     return float(np.percentile(times, p)) * 1000
 
 
-def served(tmp: pathlib.Path, db: str, provider: Provider, matrix_mb: float, n_queries: int,
+def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float, n_queries: int,
            **settings: str) -> tuple[list[dict[str, float]], list[float]]:  # fmt: skip
     """Start gunicorn on ``db``; each worker's smaps once both hold the user; warm latencies."""
     tmp.mkdir()
@@ -115,17 +105,15 @@ def served(tmp: pathlib.Path, db: str, provider: Provider, matrix_mb: float, n_q
         **provider.settings,
         "MEMSVC_DATABASE": db,
         "MEMSVC_SEARCH_SHARED_DIR": str(tmp / "snapshots"),
+        # Room for the user (the default, 256 MB, would search them through the store).
+        "MEMSVC_SEARCH_CACHE_MB": "2048",
+        "MEMSVC_RATE_LIMIT_PER_MINUTE": "0",
+        "MEMSVC_CONCURRENCY_LIMIT": "0",
         **settings,
     }
     server = start_server(tmp, deadline=180, **env)
     try:
         key = server.create_key("bench", "bench")
-        key_id = next(
-            line.split()[0]
-            for line in server.cli("keys", "list").stdout.splitlines()
-            if " bench " in line
-        )
-        server.cli("keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000")
         texts = [f"question {i}" for i in range(20)]
 
         def search(i: int, session: requests.Session) -> None:
@@ -232,7 +220,7 @@ def main() -> None:
         centroids = build(db, n)
         print(f"one user, {n:,} memories x {DIMS} dims: matrix {matrix_mb:.0f} MB "
               f"(built in {time.perf_counter() - started:.0f} s)")  # fmt: skip
-        provider = stack.enter_context(Provider(delay=0, dimensions=DIMS))
+        provider = stack.enter_context(UnitProvider(DIMS))
         modes = {
             "per worker (before)": {"MEMSVC_SEARCH_SHARED_MIN_KB": str(10**9)},
             "shared (after)": {},

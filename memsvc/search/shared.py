@@ -178,7 +178,8 @@ def open_file(path: str, tenant: str, user_id: str, dims: int) -> SnapshotFile |
     rows = header.rows
     vids_at, scale_at, matrix_at, _ = _layout(rows, dims)
     vids = np.frombuffer(mapped, dtype="<i8", count=rows, offset=vids_at)
-    if zlib.crc32(vids) != vids_crc or (rows > 1 and bool(np.any(np.diff(vids) <= 0))):
+    if zlib.crc32(vids.data) != vids_crc or (rows > 1 and bool(np.any(np.diff(vids) <= 0))):
+        del vids  # no view may outlive the map
         mapped.close()
         return None
     scale = np.frombuffer(mapped, dtype="<f4", count=rows, offset=scale_at)
@@ -210,7 +211,7 @@ def write_file(
         len(tenant), len(user),
     )  # fmt: skip
     named = fixed + tenant + user
-    head = named + _CRC.pack(zlib.crc32(named), zlib.crc32(vids))
+    head = named + _CRC.pack(zlib.crc32(named), zlib.crc32(vids.data))
     folder = os.path.dirname(path)
     tmp = os.path.join(
         folder, f".{os.path.basename(path)}.{os.getpid()}.{secrets.token_hex(4)}{TMP_SUFFIX}"

@@ -4,6 +4,8 @@ its WAL."""
 
 from __future__ import annotations
 
+import os
+import pathlib
 import uuid
 
 import numpy as np
@@ -108,3 +110,60 @@ def test_erased_text_leaves_no_trace_in_the_database_files(app, client, auth, db
         assert ("tenant-A", VICTIM) not in runtime().search_cache._entries
         assert runtime().store().user_state("tenant-A", VICTIM) is None
     assert data(query(client, "memory.getById", {"id": keep["id"]}, headers=auth)) == keep
+
+
+def _snapshot_bytes(app) -> bytes:
+    """Every byte of the app's snapshot files (temporary ones too)."""
+    with app.app_context():
+        folder = runtime().search_cache.files.path
+    return b"".join(
+        (pathlib.Path(folder) / name).read_bytes() for name in sorted(os.listdir(folder))
+    )
+
+
+@pytest.mark.parametrize("how", ["delete", "deleteAll"])
+def test_erased_vectors_leave_no_snapshot_file_behind(configured, how):
+    # Every user's vectors in a snapshot file shared by the workers.
+    client, auth = configured(SEARCH_SHARED_MIN_KB=0)
+    app = client.application
+    for i in range(20):
+        mutate(client, "memory.add", {"userId": VICTIM, "content": f"other fact {i}"}, headers=auth)
+    m = data(
+        mutate(client, "memory.add", {"userId": VICTIM, "content": f"code {MARKER}"}, headers=auth)
+    )
+    query(client, "memory.search", {"userId": VICTIM, "query": "code"}, headers=auth)
+    with app.app_context():
+        vector = runtime().embedder.embed([f"code {MARKER}"])[0].astype("<f4").tobytes()
+        snap = runtime().search_cache._entries[("tenant-A", VICTIM)]
+        assert snap.file is not None and snap.private_bytes < snap.file.nbytes
+    assert vector in _snapshot_bytes(app)  # the test can fail
+
+    if how == "delete":
+        data(mutate(client, "memory.delete", {"id": m["id"]}, headers=auth))
+        # At once: the next search does not find it, though the file still holds it.
+        found = data(
+            query(
+                client,
+                "memory.search",
+                {"userId": VICTIM, "query": f"code {MARKER}", "threshold": 0, "limit": 50},
+                headers=auth,
+            )  # fmt: skip
+        )
+        assert m["id"] not in [f["id"] for f in found] and len(found) == 20
+    else:
+        data(mutate(client, "memory.deleteAll", {"userId": VICTIM}, headers=auth))
+    maintenance_round(app)
+    assert vector not in _snapshot_bytes(app)
+    with app.app_context():
+        files = runtime().search_cache.files.files()
+    assert len(files) == (1 if how == "delete" else 0)
+    if how == "delete":  # the rest is still found, from the rewritten file
+        found = data(
+            query(
+                client,
+                "memory.search",
+                {"userId": VICTIM, "query": "other fact 3", "threshold": 0, "limit": 50},
+                headers=auth,
+            )  # fmt: skip
+        )
+        assert len(found) == 20 and found[0]["content"] == "other fact 3"

@@ -8,6 +8,8 @@ import json
 import threading
 import time
 
+import numpy as np
+
 
 class FakeProvider:
     """``POST /v1/embeddings`` answering after ``delay`` seconds with 8-d vectors.
@@ -82,3 +84,20 @@ class FakeProvider:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class UnitProvider(FakeProvider):
+    """Unit vectors of any size, a fixed one per text (seeded by its hash), answered at once."""
+
+    def __init__(self, dimensions: int, delay: float = 0.0):
+        super().__init__(delay=delay, dimensions=dimensions)
+
+    def vector(self, text: str) -> list[float]:
+        return unit_vector(text, self.dimensions).tolist()
+
+
+def unit_vector(text: str, dimensions: int) -> np.ndarray:
+    """:class:`UnitProvider`'s vector for ``text``, as it stores it (float32)."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dimensions)
+    return (v / np.linalg.norm(v)).astype(np.float32)

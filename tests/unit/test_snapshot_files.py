@@ -1,0 +1,126 @@
+"""Snapshot files: only a whole, checked file of the right user is ever mapped."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from memsvc.search import shared
+from tests.support.servers import REPO
+
+DIMS = 16
+
+
+def publish(folder, tenant="t", user="u", rows=50, user_key=1, generation=0, seed=0):
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((rows, DIMS)).astype(np.float32)
+    vids = np.arange(1, 3 * rows + 1, 3, dtype=np.int64)
+    scale = (1 / np.linalg.norm(matrix, axis=1)).astype(np.float32)
+    files = shared.SnapshotDir(str(folder), 2**30)
+    path = files.file_of(tenant, user)
+    header = shared.Header(tenant, user, user_key, generation, 0, rows, DIMS)
+    shared.write_file(path, header, vids, scale, matrix)
+    return path, vids, scale, matrix
+
+
+def test_a_published_file_maps_exactly_what_was_written(tmp_path):
+    path, vids, scale, matrix = publish(tmp_path)
+    f = shared.open_file(path, "t", "u", DIMS)
+    assert f is not None
+    assert np.array_equal(f.vids, vids) and np.array_equal(f.scale, scale)
+    assert np.array_equal(f.matrix, matrix)
+    assert (f.header.user_key, f.header.generation, f.header.rows) == (1, 0, 50)
+    assert f.rows_of(np.array([1, 2, 4, 148, 149])).tolist() == [0, -1, 1, 49, -1]
+    assert os.stat(path).st_size == f.nbytes
+    assert not f.matrix.flags.writeable  # mapped read-only: no worker can change it
+    assert [n for n in os.listdir(tmp_path)] == [os.path.basename(path)]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "one byte longer", "header byte", "vector id byte", "empty", "format"],
+)
+def test_a_damaged_file_is_refused(tmp_path, damage):
+    path, *_ = publish(tmp_path)
+    data = bytearray(pathlib.Path(path).read_bytes())
+    if damage == "truncated":
+        data = data[:-1]
+    elif damage == "one byte longer":
+        data += b"\0"
+    elif damage == "header byte":
+        data[40] ^= 1  # user_key
+    elif damage == "vector id byte":
+        data[shared.HEADER_BYTES + 8] ^= 1
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data[8] = shared.FORMAT + 1
+    pathlib.Path(path).write_bytes(bytes(data))
+    assert shared.open_file(path, "t", "u", DIMS) is None
+
+
+def test_a_file_of_another_user_or_size_is_refused(tmp_path):
+    path, *_ = publish(tmp_path, user="someone else")
+    os.rename(path, shared.SnapshotDir(str(tmp_path), 0).file_of("t", "u"))
+    assert shared.open_file(shared.SnapshotDir(str(tmp_path), 0).file_of("t", "u"), "t", "u",
+                            DIMS) is None  # fmt: skip
+    path, *_ = publish(tmp_path)
+    assert shared.open_file(path, "t", "u", DIMS * 2) is None
+    assert shared.open_file(path, "t", "u", DIMS) is not None
+
+
+def test_a_writer_killed_half_way_leaves_the_old_file_whole(tmp_path):
+    """SIGKILL while writing: the published file is the old one, whole; the leftover is swept."""
+    path, vids, _, matrix = publish(tmp_path)
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from memsvc.search import shared
+        rows, dims = 200_000, {DIMS}
+        def slow(a, b):
+            import time; time.sleep(0.05)
+            return np.ones((b - a, dims), dtype=np.float32)
+        shared.write_file({path!r}, shared.Header("t", "u", 1, 0, 0, rows, dims),
+                          np.arange(rows, dtype=np.int64), np.ones(rows, dtype=np.float32), slow)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    end = time.monotonic() + 60
+    while not [n for n in os.listdir(tmp_path) if n.endswith(shared.TMP_SUFFIX)]:
+        assert time.monotonic() < end and proc.poll() is None
+        time.sleep(0.005)
+    time.sleep(0.1)  # some of it written
+    proc.kill()
+    proc.wait()
+    f = shared.open_file(path, "t", "u", DIMS)
+    assert f is not None and np.array_equal(f.vids, vids) and np.array_equal(f.matrix, matrix)
+    files = shared.SnapshotDir(str(tmp_path), 2**30)
+    assert files.files() == [path]  # the temporary file is no snapshot file
+    assert files.sweep_temporary() == 1
+    assert os.listdir(tmp_path) == [os.path.basename(path)]
+
+
+def test_the_folder_keeps_within_its_budget_least_recently_used_first(tmp_path):
+    first, *_ = publish(tmp_path, user="a")
+    size = os.stat(first).st_size
+    second, *_ = publish(tmp_path, user="b")
+    files = shared.SnapshotDir(str(tmp_path), 2 * size)
+    os.utime(first, (time.time() - 100, time.time() - 100))
+    third, *_ = publish(tmp_path, user="c")
+    files.fit(keep=third)
+    assert sorted(files.files()) == sorted([second, third])
+
+
+def test_clearing_removes_files_and_leftovers(tmp_path):
+    publish(tmp_path)
+    (tmp_path / ".x.vec.123.abcd.tmp").write_bytes(b"partial")
+    assert shared.clear_snapshots(str(tmp_path)) == 2
+    assert os.listdir(tmp_path) == []
+    assert shared.clear_snapshots(str(tmp_path / "missing")) == 0
