@@ -12,12 +12,15 @@ through memsvc's store in batches of 1,000; queries drawn the same way.
    "shared" (the default: the user's snapshot file, mapped by both).
    Searches are sent until both workers have served the user; then each
    worker's /proc/<pid>/smaps_rollup gives its private memory
-   (Private_Clean + Private_Dirty), its shared memory and its proportional
-   share (Pss); and 200 sequential warm searches over HTTP give p50/p95.
+   (Private_Clean + Private_Dirty: its own pages, and pages of files no
+   other process maps), its shared memory and its proportional share
+   (Pss); and 200 sequential warm searches over HTTP give p50/p95.
 2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
-   with the per-worker cache and with the shared one, queries interleaved,
-   p50/p95 and the ratio; and the first search after a write by another
-   connection (one new memory).
+   with the per-worker cache and with the shared one, queries interleaved
+   (each cache first half of the time), p50/p95 and the ratio; the first
+   search after a write by another connection (one new memory, 40 times);
+   and the very first search of the user (per worker: reading it from the
+   database; shared: that, and writing the file).
 
     python -m bench.shared_cache [--memories 100000] [--queries 200]
 """
@@ -176,20 +179,22 @@ def in_process(db: str, centroids: np.ndarray, n_queries: int, tmp: str) -> list
         run(cache, queries[0])
         first[name] = time.perf_counter() - started
     warm: dict[str, list[float]] = {name: [] for name in caches}
-    for q in queries:
+    names = list(caches)
+    for i, q in enumerate(queries):
         answers = []
-        for name, cache in caches.items():
+        for name in names if i % 2 else names[::-1]:  # each goes first half of the time
             started = time.perf_counter()
-            answers.append(run(cache, q))
+            answers.append(run(caches[name], q))
             warm[name].append(time.perf_counter() - started)
         assert answers[0] == answers[1]
     after: dict[str, list[float]] = {name: [] for name in caches}
     writer = SqliteStore(connect(db))
-    for q in queries[:20]:
+    for i, q in enumerate(queries[:40]):
         with writer.write():
             writer.insert_memories([Memory(str(uuid.uuid4()), "bench", "large", "new", {}, 1, 1)],
                                    q[None, :])  # fmt: skip
-        for name, cache in caches.items():
+        for name in names if i % 2 else names[::-1]:
+            cache = caches[name]
             started = time.perf_counter()
             found = run(cache, q)
             after[name].append(time.perf_counter() - started)
@@ -231,14 +236,15 @@ def main() -> None:
                                    **settings)  # fmt: skip
         print()
         print("gunicorn, 2 workers: each worker's memory once both have searched the user (MB)")
-        print(f"{'cache':<22}{'worker':>7}{'Rss':>8}{'Shared':>8}{'Private':>9}{'Pss':>8}"
-              f"{'private/matrix':>16}")  # fmt: skip
+        print(f"{'cache':<22}{'worker':>7}{'Rss':>7}{'Shared':>8}{'Private':>9}{'(dirty':>8}"
+              f"{'clean)':>8}{'Pss':>6}{'private/matrix':>16}")  # fmt: skip
         for name, (memory, _) in results.items():
             for w, m in enumerate(memory):
                 private = m["Private_Clean"] + m["Private_Dirty"]
                 shared = m["Shared_Clean"] + m["Shared_Dirty"]
-                print(f"{name:<22}{w + 1:>7}{m['Rss']:>8.0f}{shared:>8.0f}{private:>9.0f}"
-                      f"{m['Pss']:>8.0f}{private / matrix_mb:>15.1%}")  # fmt: skip
+                print(f"{name:<22}{w + 1:>7}{m['Rss']:>7.0f}{shared:>8.0f}{private:>9.0f}"
+                      f"{m['Private_Dirty']:>8.0f}{m['Private_Clean']:>8.0f}{m['Pss']:>6.0f}"
+                      f"{private / matrix_mb:>16.1%}")  # fmt: skip
         print()
         print(f"gunicorn, warm memory.search over HTTP ({args.queries} sequential, top {K})")
         print(f"{'cache':<22}{'p50 ms':>9}{'p95 ms':>9}{'x before':>10}")

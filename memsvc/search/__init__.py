@@ -3,8 +3,9 @@
 :func:`nearest` runs one search inside one read transaction:
 
 1. read the user's change counters (one indexed row);
-2. take the user's vectors from this worker's cache (:mod:`.cache`),
-   brought up to date with those counters, score every window with one
+2. take the user's vectors from the cache (:mod:`.cache`: this worker's
+   memory, or for a large user a snapshot file every worker of the box
+   maps), brought up to date with those counters, score every window with one
    matrix product and keep each memory's best; or, for a user the cache does
    not hold, gather candidates with sqlite-vec's KNN, fetching more until no
    memory past the last one fetched could still make the cut;

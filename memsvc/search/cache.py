@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import dataclasses
 import fcntl
 import functools
@@ -400,23 +401,47 @@ class SearchCache:
                         entries=entries)  # fmt: skip
         assert self.files is not None
         path = self.files.file_of(tenant, user_id)
+        snap = self._attach(store, tenant, user_id, state, entries, path)
+        if snap is not None:
+            return snap
+        # One worker reads and publishes; another loading the user meanwhile
+        # waits, then maps what it published.
+        with self.files.writing(path):
+            snap = self._attach(store, tenant, user_id, state, entries, path)
+            if snap is not None:
+                return snap
+            # No usable file: read every vector once, publish them, map them.
+            whole = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
+                         entries=entries)  # fmt: skip
+            assert whole is not None
+            snap = self._publish(tenant, user_id, whole) or whole
+        del whole
+        _release_free_memory()
+        return snap
+
+    def _attach(
+        self,
+        store: Store,
+        tenant: str,
+        user_id: str,
+        state: UserState,
+        entries: list[Entry],
+        path: str,
+    ) -> Snapshot | None:
+        """A view over the user's published file, if there is a usable one."""
         found = shared.open_file(path, tenant, user_id, self.dimensions)
-        if found is not None and (found.header.user_key, found.header.generation) == (
+        if found is None or (found.header.user_key, found.header.generation) != (
             state.user_key,
             state.generation,
         ):
-            snap = _assemble(
-                state, entries, found, lambda vids: store.vectors(tenant, user_id, vids),
-                self.column_budget,
-            )  # fmt: skip
-            if snap.n - snap.nb <= _MAX_PRIVATE * snap.nb:
-                return snap
-            return self._publish(tenant, user_id, snap) or snap
-        # No usable file: read every vector once, publish them, map them.
-        whole = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
-                     entries=entries)  # fmt: skip
-        assert whole is not None
-        return self._publish(tenant, user_id, whole) or whole
+            return None
+        snap = _assemble(
+            state, entries, found, lambda vids: store.vectors(tenant, user_id, vids),
+            self.column_budget,
+        )  # fmt: skip
+        if snap.n - snap.nb > _MAX_PRIVATE * snap.nb:
+            return None  # most of it is missing: publish anew
+        return snap
 
     def _publish(self, tenant: str, user_id: str, snap: Snapshot) -> Snapshot | None:
         """Write the live rows of ``snap`` as the user's file; the view over it, or None."""
@@ -537,6 +562,26 @@ class SearchCache:
             evicted_key, _ = self._entries.popitem(last=False)
             self._bytes -= self._sizes.pop(evicted_key)
             self._loading.pop(evicted_key, None)
+
+
+def _release_free_memory() -> None:
+    """Give the C heap's free pages back to the system (glibc keeps them, per thread arena).
+
+    A user's first load reads every vector into this process before they
+    are written to the file; without this, the freed buffers would stay
+    counted in the worker's private memory.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> t.Callable[[int], int] | None:
+    try:
+        return t.cast(t.Callable[[int], int], ctypes.CDLL(None).malloc_trim)
+    except (OSError, AttributeError):
+        return None  # not glibc
 
 
 def _monotonic() -> float:

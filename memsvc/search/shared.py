@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import logging
 import mmap
@@ -51,6 +52,7 @@ FORMAT = 1
 HEADER_BYTES = 4096
 SUFFIX = ".vec"
 TMP_SUFFIX = ".tmp"
+LOCK_NAME = ".writing.lock"
 # magic, format, dims, rows, user_key, generation, deletes, length, tenant len, user len
 _FIXED = struct.Struct("<8sIIqqqqqII")
 _CRC = struct.Struct("<II")  # header CRC (of everything before it), vids CRC
@@ -259,6 +261,28 @@ class SnapshotDir:
         self.path = path
         self.max_bytes = max_bytes
         os.makedirs(path, mode=0o700, exist_ok=True)
+        # Never closed while this object lives: closing any descriptor of a
+        # file lets go of every lock the process holds on it.
+        self._lock_fd: int | None = None
+
+    @contextlib.contextmanager
+    def writing(self, path: str) -> t.Iterator[None]:
+        """Held by one process at a time per file (threads of one process: see the caller).
+
+        A byte of the folder's lock file, chosen by the file's name: a
+        second worker loading the same user waits, then maps what the first
+        published rather than reading and writing it all again. The kernel
+        lets go of it if the holder dies.
+        """
+        if self._lock_fd is None:
+            self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT,
+                                    0o600)  # fmt: skip
+        byte = int(os.path.basename(path)[:8], 16)
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX, 1, byte)
+        try:
+            yield
+        finally:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, byte)
 
     def file_of(self, tenant: str, user_id: str) -> str:
         t_bytes, u_bytes = _name_bytes(tenant, user_id)

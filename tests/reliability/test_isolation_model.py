@@ -65,6 +65,8 @@ class IsolationMachine(RuleBasedStateMachine):
     """memsvc beside a model of what each tenant's keys and memories are."""
 
     search_cache_mb = 256
+    #: 0: every user's vectors in a snapshot file shared by the workers.
+    shared_min_kb = 4096
     store_kind = "sqlite"
 
     def __init__(self) -> None:
@@ -88,6 +90,7 @@ class IsolationMachine(RuleBasedStateMachine):
                 "MAX_KEYS_PER_TENANT": 0,
                 "JWT_SECRET": JWT_SECRET,
                 "SEARCH_CACHE_MB": self.search_cache_mb,
+                "SEARCH_SHARED_MIN_KB": self.shared_min_kb,
             },
             instance_path=f"{root}/instance",
         )
@@ -392,11 +395,18 @@ SETTINGS = settings(
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-@pytest.mark.parametrize("search_cache_mb", [256, 0], ids=["search-cache", "no-search-cache"])
-def test_random_operation_sequences_never_cross_a_tenant_or_user_boundary(search_cache_mb, backend):
+@pytest.mark.parametrize(
+    "search_cache_mb, shared_min_kb",
+    [(256, 4096), (256, 0), (0, 0)],
+    ids=["search-cache", "shared-search-cache", "no-search-cache"],
+)
+def test_random_operation_sequences_never_cross_a_tenant_or_user_boundary(
+    search_cache_mb, shared_min_kb, backend
+):
     machine = type(
-        f"IsolationMachine{search_cache_mb}{backend}",
+        f"IsolationMachine{search_cache_mb}{shared_min_kb}{backend}",
         (IsolationMachine,),
-        {"search_cache_mb": search_cache_mb, "store_kind": backend},
-    )
+        {"search_cache_mb": search_cache_mb, "shared_min_kb": shared_min_kb,
+         "store_kind": backend},
+    )  # fmt: skip
     run_state_machine_as_test(machine, settings=SETTINGS)

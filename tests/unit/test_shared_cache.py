@@ -25,6 +25,10 @@ def workers(folder: pathlib.Path, n: int = 2, max_bytes: int = 64 * 2**20, min_b
             for _ in range(n)]  # fmt: skip
 
 
+def temporary(folder: pathlib.Path) -> list[str]:
+    return [n for n in os.listdir(folder / "snapshots") if n.endswith(shared.TMP_SUFFIX)]
+
+
 def test_workers_map_one_file_and_see_each_others_writes(db, tmp_path):  # noqa: F811
     _, store = db
     rng = np.random.default_rng(1)
@@ -37,7 +41,7 @@ def test_workers_map_one_file_and_see_each_others_writes(db, tmp_path):  # noqa:
     assert sa.file is not None and sb.file is not None and sa.file.inode == sb.file.inode
     # Privately, each holds far less than the file: the vectors are the file's.
     assert sa.matrix.nbytes == sb.matrix.nbytes == 0
-    assert len(os.listdir(tmp_path / "snapshots")) == 1
+    assert len(a.files.files()) == 1 and temporary(tmp_path) == []
     for step in range(12):
         if step % 3 == 0:
             with store.write():
@@ -149,4 +153,4 @@ def test_maintenance_leaves_no_erased_vector_in_a_file(db, tmp_path, kind):  # n
         assert f is not None and f.header.rows == 59
         check_all_paths(store, a, "u", query, 5, 0)
     else:
-        assert list((tmp_path / "snapshots").iterdir()) == []
+        assert b.files.files() == [] and temporary(tmp_path) == []
