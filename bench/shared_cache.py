@@ -14,7 +14,8 @@ through memsvc's store in batches of 1,000; queries drawn the same way.
    worker's /proc/<pid>/smaps_rollup gives its private memory
    (Private_Clean + Private_Dirty: its own pages, and pages of files no
    other process maps), its shared memory and its proportional share
-   (Pss); and 200 sequential warm searches over HTTP give p50/p95.
+   (Pss), and what its private memory grew by since before its first
+   search; then 200 sequential warm searches over HTTP give p50/p95.
 2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
    with the per-worker cache and with the shared one, queries interleaved
    (each cache first half of the time), p50/p95 and the ratio; the first
@@ -91,6 +92,10 @@ def smaps(pid: int) -> dict[str, float]:
     return out
 
 
+def _private(m: dict[str, float]) -> float:
+    return m["Private_Clean"] + m["Private_Dirty"]
+
+
 def workers(pid: int) -> list[int]:
     children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     return [int(c) for c in children]
@@ -131,7 +136,8 @@ def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float,
 
         pids = workers(server.proc.pid)
         assert len(pids) == 2, pids
-        idle = {p: smaps(p)["Rss"] for p in pids}
+        before = {p: smaps(p) for p in pids}
+        idle = {p: before[p]["Rss"] for p in pids}
         # Until both workers hold the user: concurrent searches reach both.
         deadline = time.monotonic() + 600
         while min(smaps(p)["Rss"] - idle[p] for p in pids) < 0.9 * matrix_mb:
@@ -147,7 +153,7 @@ def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float,
             for th in threads:
                 th.join()
         time.sleep(1)
-        memory = [smaps(p) for p in pids]
+        memory = [{**smaps(p), "idle": _private(before[p])} for p in pids]
         session = requests.Session()
         times = []
         for i in range(n_queries):
@@ -237,14 +243,16 @@ def main() -> None:
         print()
         print("gunicorn, 2 workers: each worker's memory once both have searched the user (MB)")
         print(f"{'cache':<22}{'worker':>7}{'Rss':>7}{'Shared':>8}{'Private':>9}{'(dirty':>8}"
-              f"{'clean)':>8}{'Pss':>6}{'private/matrix':>16}")  # fmt: skip
+              f"{'clean)':>8}{'Pss':>6}{'idle':>6}{'added':>7}{'added/matrix':>14}")  # fmt: skip
         for name, (memory, _) in results.items():
             for w, m in enumerate(memory):
-                private = m["Private_Clean"] + m["Private_Dirty"]
+                private = _private(m)
                 shared = m["Shared_Clean"] + m["Shared_Dirty"]
+                added = private - m["idle"]
                 print(f"{name:<22}{w + 1:>7}{m['Rss']:>7.0f}{shared:>8.0f}{private:>9.0f}"
                       f"{m['Private_Dirty']:>8.0f}{m['Private_Clean']:>8.0f}{m['Pss']:>6.0f}"
-                      f"{private / matrix_mb:>16.1%}")  # fmt: skip
+                      f"{m['idle']:>6.0f}{added:>7.0f}{added / matrix_mb:>14.1%}")  # fmt: skip
+        print("(idle: the worker's private memory before its first search; added: since)")
         print()
         print(f"gunicorn, warm memory.search over HTTP ({args.queries} sequential, top {K})")
         print(f"{'cache':<22}{'p50 ms':>9}{'p95 ms':>9}{'x before':>10}")

@@ -783,7 +783,10 @@ def _append(
     snap.created[m : m + k] = [e.created_at for e in entries]
     snap.expires[m : m + k] = [e.expires_at or 0 for e in entries]
     snap.alive[m : m + k] = True
-    added = [e.metadata for e in entries]
+    # One text for equal metadata (most memories have none, or the same few):
+    # each str is ~50 bytes of the worker's own memory on top of its text.
+    same: dict[str, str] = {}
+    added = [same.setdefault(e.metadata, e.metadata) for e in entries]
     return dataclasses.replace(
         snap,
         m=m + k,
