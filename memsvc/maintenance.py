@@ -7,8 +7,10 @@ deleted since its last round (by anyone), it checkpoints the database so
 the deleted bytes are overwritten in the file and gone from the WAL too
 (without ever making writers wait: if a long read is in the way, the next
 round tries again);
-and it drops from its search cache the users whose memories changed, so
-vectors of erased memories do not stay in memory. Several workers doing it at once is
+and it drops from its search cache the users whose memories changed, and
+rewrites or removes the snapshot files the workers share that hold vectors
+of deleted memories or erased users (one worker at a time), so vectors of
+erased memories do not stay in memory or on disk. Several workers doing it at once is
 harmless: each deletion is a transaction, and a memory deleted by one is
 simply not found by the others.
 

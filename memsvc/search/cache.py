@@ -403,19 +403,23 @@ class SearchCache:
         path = self.files.file_of(tenant, user_id)
         snap = self._attach(store, tenant, user_id, state, entries, path)
         if snap is not None:
+            del entries
+            _release_free_memory()
             return snap
         # One worker reads and publishes; another loading the user meanwhile
         # waits, then maps what it published.
         with self.files.writing(path):
             snap = self._attach(store, tenant, user_id, state, entries, path)
             if snap is not None:
+                del entries
+                _release_free_memory()
                 return snap
             # No usable file: read every vector once, publish them, map them.
             whole = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
                          entries=entries)  # fmt: skip
             assert whole is not None
             snap = self._publish(tenant, user_id, whole) or whole
-        del whole
+        del whole, entries
         _release_free_memory()
         return snap
 
@@ -568,8 +572,8 @@ def _release_free_memory() -> None:
     """Give the C heap's free pages back to the system (glibc keeps them, per thread arena).
 
     A user's first load reads every vector into this process before they
-    are written to the file; without this, the freed buffers would stay
-    counted in the worker's private memory.
+    are written to the file, and any load lists every memory; without this,
+    the freed buffers would stay counted in the worker's private memory.
     """
     trim = _malloc_trim()
     if trim is not None:

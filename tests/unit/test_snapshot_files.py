@@ -83,7 +83,7 @@ def test_a_writer_killed_half_way_leaves_the_old_file_whole(tmp_path):
         f"""
         import numpy as np
         from memsvc.search import shared
-        rows, dims = 200_000, {DIMS}
+        rows, dims = 200_000, 1024  # 50 chunks of 16 MB, a twentieth of a second each
         def slow(a, b):
             import time; time.sleep(0.05)
             return np.ones((b - a, dims), dtype=np.float32)
@@ -96,7 +96,8 @@ def test_a_writer_killed_half_way_leaves_the_old_file_whole(tmp_path):
     while not [n for n in os.listdir(tmp_path) if n.endswith(shared.TMP_SUFFIX)]:
         assert time.monotonic() < end and proc.poll() is None
         time.sleep(0.005)
-    time.sleep(0.1)  # some of it written
+    time.sleep(0.2)  # some of it written
+    assert proc.poll() is None  # still writing
     proc.kill()
     proc.wait()
     f = shared.open_file(path, "t", "u", DIMS)
