@@ -285,8 +285,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("SEARCH_SHARED_DIR", None, _optional(_text), "a directory path",
        "Where a box's workers keep the snapshot files of large users' vectors, shared by "
        "mapping them: a folder for this server alone (emptied when memsvc starts).", "Search",
-       shown_default="beside the SQLite database (`<database>.search`); "
-       "`<instance>/search-cache/<id>` for PostgreSQL"),
+       shown_default="<database>.search (PostgreSQL: <instance>/search-cache/<id>)"),
     _S("SEARCH_SHARED_MIN_KB", 4096, non_negative_int, "a whole number of KiB",
        "A user whose vectors take at least this much is searched from a snapshot file shared "
        "by the box's workers; smaller users stay in each worker's memory, where a first "
