@@ -461,6 +461,7 @@ class SearchCache:
             len(rows), snap.dims,
         )  # fmt: skip
         try:
+            self.files.make()
             shared.write_file(
                 path, header, vids, snap.take_scale(rows), lambda a, b: snap.take(rows[a:b])
             )

@@ -260,10 +260,13 @@ class SnapshotDir:
     def __init__(self, path: str, max_bytes: int):
         self.path = path
         self.max_bytes = max_bytes
-        os.makedirs(path, mode=0o700, exist_ok=True)
         # Never closed while this object lives: closing any descriptor of a
         # file lets go of every lock the process holds on it.
         self._lock_fd: int | None = None
+
+    def make(self) -> None:
+        """Create the folder (private), when a first file is to be written in it."""
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
 
     @contextlib.contextmanager
     def writing(self, path: str) -> t.Iterator[None]:
@@ -275,8 +278,13 @@ class SnapshotDir:
         lets go of it if the holder dies.
         """
         if self._lock_fd is None:
-            self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT,
-                                    0o600)  # fmt: skip
+            try:
+                self.make()
+                self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME),
+                                        os.O_RDWR | os.O_CREAT, 0o600)  # fmt: skip
+            except OSError:
+                yield  # no folder: nothing to publish (the caller finds out), nothing to wait for
+                return
         byte = int(os.path.basename(path)[:8], 16)
         fcntl.lockf(self._lock_fd, fcntl.LOCK_EX, 1, byte)
         try:

@@ -154,3 +154,16 @@ def test_maintenance_leaves_no_erased_vector_in_a_file(db, tmp_path, kind):  # n
         check_all_paths(store, a, "u", query, 5, 0)
     else:
         assert b.files.files() == [] and temporary(tmp_path) == []
+
+
+def test_a_folder_that_cannot_be_written_keeps_users_in_the_worker(db, tmp_path):  # noqa: F811
+    _, store = db
+    rng = np.random.default_rng(7)
+    add(store, rng.standard_normal((100, DIMS)).astype(np.float32))
+    (tmp_path / "snapshots").write_text("a file where the folder should be")
+    [a] = workers(tmp_path, 1)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    for _ in range(2):
+        check_all_paths(store, a, "u", query, 10, 0)
+    assert a._entries[("t", "u")].file is None
+    a.prune(store)  # and maintenance copes too
