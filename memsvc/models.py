@@ -66,6 +66,17 @@ class ScoredMemory:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class EndUser:
+    """An end user of a tenant, as ``memory.users`` lists them."""
+
+    user_id: str
+    #: Their visible memories (expired ones not counted).
+    memories: int
+    #: The newest add or update of any of their memories (epoch ms).
+    last_write_at: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ApiKey:
     id: str
     tenant: str

@@ -79,6 +79,17 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
+@router.query("users", input=schemas.UsersInput(), output=outputs.END_USERS)
+def users(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return memories.users(
+        store(),
+        call.caller.tenant,
+        params["limit"],
+        cursor=params["cursor"],
+        prefix=params["prefix"],
+    )
+
+
 @router.query("getById", input=schemas.MemoryIdInput(), output=outputs.MEMORY, errors=[NotFound])
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get(store(), call.caller.tenant, params["id"], user_id=params["userId"])

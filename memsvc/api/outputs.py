@@ -15,6 +15,7 @@ import typing as t
 from .. import wire
 from ..models import ApiKey
 from ..models import CreatedKey
+from ..models import EndUser
 from ..models import ScoredMemory
 from ..wire import TIMESTAMP
 from ..wire import UUID
@@ -34,6 +35,25 @@ MEMORY_COMPONENT = Component.of(wire.MEMORY)
 MEMORY = Output.one(MEMORY_COMPONENT, wire.MEMORY.json)
 MEMORIES = Output.list_of(MEMORY_COMPONENT, wire.MEMORY.json)
 VERSIONS = Output.list_of(Component.of(wire.VERSION), wire.VERSION.json)
+
+
+_END_USER = Shape[EndUser](
+    "EndUser",
+    (
+        Field("userId", {"type": "string"}, operator.attrgetter("user_id")),
+        Field(
+            "memories",
+            {"type": "integer", "minimum": 1, "description": "Visible memories (not expired)."},
+            operator.attrgetter("memories"),
+        ),
+        Field(
+            "lastWriteAt",
+            {**TIMESTAMP, "description": "The newest add or update of any of their memories."},
+            lambda u: wire.timestamp(u.last_write_at),
+        ),
+    ),
+)
+END_USERS = Output.list_of(Component.of(_END_USER), _END_USER.json)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ..search import filters
 from ..search.filters import Filter
 from ..text import InvalidText
 from ..text import check_text
+from ..text import check_unicode
 
 _MESSAGES = {
     "required": "is required",
@@ -59,6 +60,28 @@ class Text(fields.String):
         text = super()._deserialize(value, attr, data, **kwargs)
         try:
             check_text(text, _limit(self.max_setting), printable=self.printable)
+        except InvalidText as e:
+            raise ValidationError(str(e)) from None
+        return text
+
+
+class Part(fields.String):
+    """A string that need not be a whole value (a prefix, a position): may be empty, within a
+    size setting, no NUL, valid Unicode."""
+
+    def __init__(self, max_setting: str, **kwargs: t.Any):
+        super().__init__(error_messages={**_MESSAGES, "invalid": "must be a string"}, **kwargs)
+        self.max_setting = max_setting
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        limit = _limit(self.max_setting)
+        if len(text) > limit:
+            raise ValidationError(f"must be at most {limit} characters long")
+        if "\x00" in text:
+            raise ValidationError("must not contain NUL characters")
+        try:
+            check_unicode(text)
         except InvalidText as e:
             raise ValidationError(str(e)) from None
         return text
@@ -247,6 +270,25 @@ class UpdateInput(Input):
 
 class UserInput(Input):
     userId = Text("MAX_USER_ID_CHARS", required=True)
+
+
+class UsersInput(Input):
+    optional = True
+
+    limit = WholeNumber(load_default=100, validate=_LIMIT_1000)
+    cursor = Part(
+        "MAX_USER_ID_CHARS",
+        load_default=None,
+        metadata={
+            "description": "The last userId of the previous page; the page starts after it "
+            "(it need not still be a user)."
+        },
+    )
+    prefix = Part(
+        "MAX_USER_ID_CHARS",
+        load_default="",
+        metadata={"description": "Only end users whose userId starts with it."},
+    )
 
 
 # -- keys router -------------------------------------------------------------

@@ -19,6 +19,7 @@ from ..embeddings.windows import query_vector
 from ..errors import BadRequest
 from ..errors import NotFound
 from ..errors import PayloadTooLarge
+from ..models import EndUser
 from ..models import Memory
 from ..models import ScoredMemory
 from ..models import Version
@@ -192,6 +193,19 @@ def _too_large() -> PayloadTooLarge:
         "Answer too large: this call's answer would exceed what one request may return "
         "(MEMSVC_MAX_RESPONSE_BYTES); ask for fewer memories (limit) and page with cursor"
     )
+
+
+def users(
+    store: Store, tenant: str, limit: int, *, cursor: str | None = None, prefix: str = ""
+) -> list[EndUser]:
+    """A page of the tenant's end users with a visible memory, by id in code-point order.
+
+    ``cursor``: the last user id of the previous page (it need not still be
+    a user: the page starts after its place in the order). ``prefix``: only
+    ids that start with it.
+    """
+    with store.read():
+        return store.users(tenant, clock.now_ms(), limit, after=cursor, prefix=prefix)
 
 
 def _mine(memory: Memory | None, user_id: str | None) -> bool:

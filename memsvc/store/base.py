@@ -25,6 +25,7 @@ import typing as t
 import numpy as np
 
 from ..models import ApiKey
+from ..models import EndUser
 from ..models import Memory
 from ..models import Version
 
@@ -242,6 +243,13 @@ class Store(abc.ABC):
         ``before`` is the ``(created_at, seq)`` of the last memory already
         seen. Rows stream: the caller stops when it has enough.
         """
+
+    @abc.abstractmethod
+    def users(
+        self, tenant: str, now: int, limit: int, *, after: str | None = None, prefix: str = ""
+    ) -> list[EndUser]:
+        """Up to ``limit`` end users of ``tenant`` with a visible memory, by user id in code-point
+        order, after ``after`` (which need not be a user), whose id starts with ``prefix``."""
 
     @abc.abstractmethod
     def count_memories(self, tenant: str | None, user_id: str | None, now: int) -> int:

@@ -22,6 +22,7 @@ import typing as t
 import numpy as np
 
 from ..models import ApiKey
+from ..models import EndUser
 from ..models import Memory
 from ..models import Version
 from ..models import compact_json
@@ -80,6 +81,11 @@ class SqlStore(Store):
     _STAGING_TABLE: t.ClassVar[str]
     #: (kind, name) of every part of the current schema, as :meth:`_schema_objects` lists them.
     _OBJECTS: t.ClassVar[frozenset[tuple[str, str]]]
+    #: After a text column: compare it by code point (PostgreSQL: COLLATE "C").
+    _CODE_POINT_ORDER: t.ClassVar[str] = ""
+    #: After ``FROM memories``: read expired memories through their own index
+    #: (SQLite: INDEXED BY, else it may walk a user's every memory).
+    _BY_EXPIRY: t.ClassVar[str] = ""
 
     _writing = False
 
@@ -517,6 +523,50 @@ class SqlStore(Store):
             params.append(user_id)
         return " AND ".join(where) or "1 = 1", params
 
+    def users(
+        self, tenant: str, now: int, limit: int, *, after: str | None = None, prefix: str = ""
+    ) -> list[EndUser]:
+        column = f"user_id{self._CODE_POINT_ORDER}"
+        # The range of ids that start with prefix: [prefix, upper).
+        low, strict = (after, True) if after is not None and after >= prefix else (prefix, False)
+        upper = _past_prefix(prefix)
+        out: list[EndUser] = []
+        while len(out) < limit:
+            want = limit - len(out)
+            where = [f"tenant = ? AND {column} {'>' if strict else '>='} ?"]
+            params: list[t.Any] = [tenant, low]
+            if upper is not None:
+                where.append(f"{column} < ?")
+                params.append(upper)
+            rows = self._rows(
+                "SELECT user_id, count, last_write FROM memory_users "
+                f"WHERE {' AND '.join(where)} ORDER BY {column} LIMIT ?",
+                (*params, want),
+            )
+            expired = self._expired_counts(tenant, [user_id for user_id, _, _ in rows], now)
+            for user_id, count, last_write in rows:
+                visible = int(count) - expired.get(user_id, 0)
+                # A user whose every memory expired is gone already, to callers.
+                if visible > 0:
+                    out.append(EndUser(user_id, visible, int(last_write)))
+            if len(rows) < want:
+                break
+            low, strict = rows[-1][0], True
+        return out
+
+    def _expired_counts(self, tenant: str, user_ids: list[str], now: int) -> dict[str, int]:
+        """How many expired (not yet purged) memories each of these users has."""
+        counts: dict[str, int] = {}
+        for condition, values in self._any("user_id", user_ids):
+            for user_id, n in self._rows(
+                f"SELECT user_id, count(*) FROM memories{self._BY_EXPIRY} "
+                "WHERE expires_at IS NOT NULL AND expires_at <= ? AND tenant = ? "
+                f"AND {condition} GROUP BY user_id",
+                (now, tenant, *values),
+            ):
+                counts[user_id] = int(n)
+        return counts
+
     def count_memories(self, tenant: str | None, user_id: str | None, now: int) -> int:
         where, params = self._where_owner(tenant, user_id)
         (n,) = self._one(
@@ -716,6 +766,18 @@ class SqlStore(Store):
         self._set_meta("dimensions", str(dimensions))
         self._execute("DROP TABLE reembed_staging")
         self._erased()  # the old vectors' bytes go (SQLite: at the next checkpoint)
+
+
+def _past_prefix(prefix: str) -> str | None:
+    """The least string after every string that starts with ``prefix`` (None: no bound)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            # Surrogates cannot be stored as UTF-8: step over them.
+            nxt = 0xE000 if 0xD800 <= last + 1 <= 0xDFFF else last + 1
+            return "".join(chars) + chr(nxt)
+    return None
 
 
 def windows_of(

@@ -119,6 +119,7 @@ def test_every_procedure_through_the_typed_client(server, examples, document, ba
     assert out["dedupedTo"] == added["id"]
     assert out["best"]["id"] == added["id"] and 0 < out["best"]["similarity"] <= 1
     assert out["byId"] == added
+    assert out["users"] == [[True, 2]]
     assert out["pages"][1] == [added["id"]] and out["pages"][0] != out["pages"][1]
     updated = out["updated"]
     assert updated["content"] == "Bob ran the Berlin marathon" and updated["metadata"] == {}

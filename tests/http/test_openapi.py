@@ -94,9 +94,10 @@ def test_every_procedure_is_the_http_call_it_is(app, doc):
             # carries is ignored, and the document names no parameter.
             assert proc.input is None and "parameters" not in op
             continue
-        # Every other procedure validates its input; service.info takes an object or nothing.
+        # Every other procedure validates its input; service.info and memory.users (whose
+        # fields are all optional) take an object or nothing.
         assert proc.input is not None
-        assert proc.input_optional == (path == "service.info")
+        assert proc.input_optional == (path in {"service.info", "memory.users"})
         if proc.type == QUERY:
             [param] = op["parameters"]
             required = not proc.input_optional
@@ -336,6 +337,8 @@ def test_every_procedure_answers_what_the_document_says(app, client, doc):
     call("memory.update", {"id": m["id"], "content": "Bob runs marathons"}, key)
     assert len(call("memory.history", {"id": m["id"]}, key)) == 3  # type: ignore[arg-type]
     call("service.info", None, key)
+    call("memory.users", None, key)
+    call("memory.users", {"prefix": "u", "limit": 5}, key)
     call("memory.delete", {"id": m["id"]}, key)
     call("memory.deleteAll", {"userId": "u"}, key)
     call("keys.list", None, token)

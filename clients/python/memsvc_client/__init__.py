@@ -14,6 +14,7 @@ from .errors import RateLimited
 from .errors import ServerError
 from .errors import Unauthorized
 from .models import UNSET
+from .models import EndUser
 from .models import Explain
 from .models import Memory
 
@@ -23,6 +24,7 @@ __all__ = [
     "Memsvc",
     "AsyncMemsvc",
     "Memory",
+    "EndUser",
     "Explain",
     "UNSET",
     "MemsvcError",

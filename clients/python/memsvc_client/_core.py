@@ -18,6 +18,7 @@ from .errors import MemsvcError
 from .errors import RateLimited
 from .errors import ServerError
 from .errors import error_class
+from .models import EndUser
 from .models import Memory
 from .models import Unset
 from .models import format_time
@@ -329,6 +330,18 @@ def get_all_call(
     return Call("memory.getAll", _times(input, created_after, created_before))
 
 
+def users_call(limit: int | None, cursor: str | None, prefix: str | None) -> Call:
+    """memory.users, one page."""
+    input: Json = {}
+    if limit is not None:
+        input["limit"] = limit
+    if cursor is not None:
+        input["cursor"] = cursor
+    if prefix is not None:
+        input["prefix"] = prefix
+    return Call("memory.users", input)
+
+
 def by_id(memory_id: str, user_id: str | None) -> Json:
     """The input naming one memory; with ``user_id``, only if it is that end user's."""
     input: Json = {"id": memory_id}
@@ -353,6 +366,11 @@ def update_call(
     if not isinstance(expires_at, Unset):
         input["expiresAt"] = None if expires_at is None else format_time(expires_at)
     return mutation("memory.update", input)
+
+
+def end_users(data: t.Any) -> list[EndUser]:
+    """A list of EndUsers from a JSON array of them."""
+    return [EndUser.from_wire(u) for u in data]
 
 
 def memories(data: t.Any) -> list[Memory]:

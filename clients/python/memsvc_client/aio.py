@@ -24,6 +24,7 @@ from ._core import recommended
 from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET
+from .models import EndUser
 from .models import Memory
 from .models import Unset
 
@@ -165,6 +166,28 @@ class AsyncMemsvc:
             if len(page) < page_size:
                 return  # a short page is the last: no call for the empty one
             cursor = page[-1].id
+
+    async def users(
+        self, *, limit: int | None = None, cursor: str | None = None, prefix: str | None = None
+    ) -> list[EndUser]:
+        """A page of the tenant's end users with memories, by id, after ``cursor`` (a user id).
+
+        ``prefix``: only users whose id starts with it.
+        """
+        return _core.end_users(await self._call(_core.users_call(limit, cursor, prefix)))
+
+    async def iter_users(
+        self, *, page_size: int = 100, prefix: str | None = None
+    ) -> t.AsyncIterator[EndUser]:
+        """Every end user of the tenant who has memories, by id, page by page (``async for``)."""
+        cursor: str | None = None
+        while True:
+            page = await self.users(limit=page_size, cursor=cursor, prefix=prefix)
+            for user in page:
+                yield user
+            if len(page) < page_size:
+                return
+            cursor = page[-1].user_id
 
     async def get(self, memory_id: str, *, user_id: str | None = None) -> Memory:
         """The memory with this id (:class:`NotFound` outside the key's tenant).

@@ -23,6 +23,7 @@ from ._core import recommended
 from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET
+from .models import EndUser
 from .models import Memory
 from .models import Unset
 
@@ -162,6 +163,25 @@ class Memsvc:
             if len(page) < page_size:
                 return  # a short page is the last: no call for the empty one
             cursor = page[-1].id
+
+    def users(
+        self, *, limit: int | None = None, cursor: str | None = None, prefix: str | None = None
+    ) -> list[EndUser]:
+        """A page of the tenant's end users with memories, by id, after ``cursor`` (a user id).
+
+        ``prefix``: only users whose id starts with it.
+        """
+        return _core.end_users(self._call(_core.users_call(limit, cursor, prefix)))
+
+    def iter_users(self, *, page_size: int = 100, prefix: str | None = None) -> t.Iterator[EndUser]:
+        """Every end user of the tenant who has memories, by id, page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.users(limit=page_size, cursor=cursor, prefix=prefix)
+            yield from page
+            if len(page) < page_size:
+                return
+            cursor = page[-1].user_id
 
     def get(self, memory_id: str, *, user_id: str | None = None) -> Memory:
         """The memory with this id (:class:`NotFound` outside the key's tenant).

@@ -137,3 +137,27 @@ class Memory:
         if self.explain is not None:
             out["explain"] = self.explain.to_dict()
         return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EndUser:
+    """An end user of the key's tenant who has memories (``users()``)."""
+
+    user_id: str
+    #: Their memories now (expired ones not counted).
+    memories: int
+    #: When any of their memories was last added or updated.
+    last_write_at: datetime.datetime
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> EndUser:
+        """An EndUser from the JSON object memory.users lists."""
+        return cls(data["userId"], int(data["memories"]), parse_time(data["lastWriteAt"]))
+
+    def to_dict(self) -> dict[str, t.Any]:
+        """The end user in the wire's field names."""
+        return {
+            "userId": self.user_id,
+            "memories": self.memories,
+            "lastWriteAt": format_time(self.last_write_at),
+        }

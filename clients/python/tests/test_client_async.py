@@ -79,6 +79,21 @@ def test_every_method_end_to_end(server: Server, api_key: str, user: str) -> Non
     run(scenario())
 
 
+def test_users_and_iter_users(server: Server) -> None:
+    async def scenario() -> None:
+        key = server.create_key("users-async", "t")
+        async with AsyncMemsvc(server.url, api_key=key) as memsvc:
+            for name in ["c", "a", "b"]:
+                await memsvc.add(name, "note")
+            page = await memsvc.users(limit=2)
+            assert [(u.user_id, u.memories) for u in page] == [("a", 1), ("b", 1)]
+            assert [u.user_id for u in await memsvc.users(cursor="b")] == ["c"]
+            assert [u.user_id async for u in memsvc.iter_users(page_size=2)] == ["a", "b", "c"]
+            assert [u.user_id for u in await memsvc.users(prefix="b")] == ["b"]
+
+    run(scenario())
+
+
 def test_twenty_concurrent_adds_all_land_once(server: Server, api_key: str, user: str) -> None:
     contents = [f"concurrent memory {i}" for i in range(20)]
 

@@ -19,6 +19,7 @@ from client_support import ZEBRA
 from client_support import Recorder
 from memsvc_client import UNSET
 from memsvc_client import BadRequest
+from memsvc_client import EndUser
 from memsvc_client import Explain
 from memsvc_client import Memory
 from memsvc_client import Memsvc
@@ -350,6 +351,31 @@ def test_another_tenants_memory_is_not_found(server: Server, memsvc: Memsvc, use
             other.update(mine.id, content="hijacked")
         assert other.get_all(user) == []
     assert memsvc.get(mine.id).content == "tenant acme's memory"
+
+
+def test_users_pages_by_id_with_prefix_and_iter_users_follows_them(server: Server) -> None:
+    with Memsvc(server.url, api_key=server.create_key("users-sync", "t")) as memsvc:
+        for name in ["team/b", "team/a", "solo", "team/c"]:
+            memsvc.add(name, f"a note of {name}")
+        last = memsvc.add("team/a", "another note")
+        first = memsvc.users(limit=2)
+        assert [u.user_id for u in first] == ["solo", "team/a"]
+        assert first[1] == EndUser("team/a", 2, last.updated_at)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first[1].memories = 3  # type: ignore[misc]
+        assert [u.user_id for u in memsvc.users(cursor=first[-1].user_id)] == ["team/b", "team/c"]
+        assert [u.user_id for u in memsvc.users(prefix="team/", limit=1)] == ["team/a"]
+        assert [u.user_id for u in memsvc.iter_users(page_size=1, prefix="team/")] == [
+            "team/a",
+            "team/b",
+            "team/c",
+        ]
+        assert first[0].to_dict()["userId"] == "solo"
+        with pytest.raises(BadRequest):
+            memsvc.users(limit=0)
+    # Another tenant's users are not listed.
+    with Memsvc(server.url, api_key=server.create_key("users-other", "t")) as other:
+        assert other.users() == [] and list(other.iter_users()) == []
 
 
 def test_user_id_keeps_calls_by_id_to_that_end_user(memsvc: Memsvc, user: str) -> None:

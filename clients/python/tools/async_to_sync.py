@@ -69,6 +69,11 @@ LINES: dict[str, list[str]] = {
     # An async generator cannot ``yield from``.
     "for memory in page:": ["yield from page"],
     "yield memory": [],
+    '"""Every end user of the tenant who has memories, by id, page by page (``async for``)."""': [
+        '"""Every end user of the tenant who has memories, by id, page by page."""'
+    ],
+    "for user in page:": ["yield from page"],
+    "yield user": [],
     "if self._lock is None:": [],
     "self._lock = anyio.Lock()": [],
     "async with self._lock:  # one service.info for all the tasks that get here": [

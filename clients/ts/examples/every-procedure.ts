@@ -55,6 +55,7 @@ const again = await call(
   memsvc.memory.add.mutate({ userId, content: "Bob is training for the Berlin marathon", metadata: { level: 3, topic: "sport" }, dedupe: true }),
 );
 const other = await call("memory.add", memsvc.memory.add.mutate({ userId, content: "Bob's sister lives in Porto" }));
+const users = await call("memory.users", memsvc.memory.users.query({ prefix: userId, limit: 10 }));
 
 // Made in the same tick: with batch, one request carries all three.
 const [found, page, byId] = await Promise.all([
@@ -89,6 +90,7 @@ console.log(
     dedupedTo: again.id,
     best: best && { id: best.id, similarity: best.similarity },
     found: found.length,
+    users: users.map((u) => [u.userId === userId, u.memories]),
     pages: [page.map((m) => m.id), nextPage.map((m) => m.id)],
     byId,
     updated,

@@ -81,6 +81,20 @@ export interface DeleteAllResult {
   deleted: number;
 }
 
+export interface EndUser {
+  userId: string;
+  /**
+   * Visible memories (not expired).
+   * at least 1.
+   */
+  memories: number;
+  /**
+   * The newest add or update of any of their memories.
+   * format: date-time.
+   */
+  lastWriteAt: string;
+}
+
 export type ErrorCode = "BAD_REQUEST" | "UNAUTHORIZED" | "FORBIDDEN" | "NOT_FOUND" | "METHOD_NOT_SUPPORTED" | "TIMEOUT" | "PAYLOAD_TOO_LARGE" | "UNSUPPORTED_MEDIA_TYPE" | "TOO_MANY_REQUESTS" | "INTERNAL_SERVER_ERROR" | "SERVICE_UNAVAILABLE";
 
 /** Every error, whatever its cause. The code is a string (tRPC puts numbers there); the HTTP status equals data.httpStatus. */
@@ -361,6 +375,21 @@ export interface UserInput {
   userId: string;
 }
 
+export interface UsersInput {
+  /**
+   * 1 to 1000.
+   * @default 100
+   */
+  limit?: number | undefined;
+  /** The last userId of the previous page; the page starts after it (it need not still be a user). */
+  cursor?: string | null | undefined;
+  /**
+   * Only end users whose userId starts with it.
+   * @default ""
+   */
+  prefix?: string | undefined;
+}
+
 // -- the router ------------------------------------------------------------------
 
 const t = initTRPC.create();
@@ -391,6 +420,7 @@ const appRouter = t.router({
     history: t.procedure.input(is<MemoryIdInput>()).query(served<MemoryVersion[]>()),
     search: t.procedure.input(is<SearchInput>()).query(served<SearchResult[]>()),
     update: t.procedure.input(is<UpdateInput>()).mutation(served<Memory>()),
+    users: t.procedure.input(is<UsersInput | undefined>()).query(served<EndUser[]>()),
   }),
   service: t.router({
     info: t.procedure.input(is<NoInput | undefined>()).query(served<ServiceInfo>()),

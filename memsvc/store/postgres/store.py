@@ -56,6 +56,7 @@ class PgStore(SqlStore):
     _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
     _GREATEST = "greatest"
     _KEY_ORDER = "seq"
+    _CODE_POINT_ORDER = ' COLLATE "C"'
     _INSERT_MEMORY = "OVERRIDING SYSTEM VALUE VALUES"
     _STAGING_TABLE = (
         "CREATE TABLE IF NOT EXISTS reembed_staging (seq bigint NOT NULL, "

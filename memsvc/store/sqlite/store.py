@@ -39,6 +39,7 @@ class SqliteStore(SqlStore):
     _BEGIN_READ = "BEGIN"
     _GREATEST = "max"
     _KEY_ORDER = "rowid"
+    _BY_EXPIRY = " INDEXED BY memories_expiring"
     _STAGING_TABLE = (
         "CREATE TABLE IF NOT EXISTS reembed_staging (seq INTEGER NOT NULL, "
         "window INTEGER NOT NULL, embedder TEXT NOT NULL, embedding BLOB NOT NULL, "
