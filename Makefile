@@ -17,7 +17,7 @@ PY_CLIENT := clients/python
 # The TypeScript package; `npm ci` also builds it (its prepare script runs tsc).
 TS_CLIENT := clients/ts
 
-.PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean
+.PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean browser screenshots
 
 $(VENV)/.installed: setup.cfg pyproject.toml $(PY_CLIENT)/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -42,6 +42,15 @@ $(TS_CLIENT)/node_modules/.installed: $(TS_CLIENT)/package.json $(TS_CLIENT)/pac
 	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Chromium for the console's browser tests, from Debian's packages: Playwright
+# drives it (executable_path), and its own browser download is never used.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium'
+
+browser: install $(CHROMIUM)
+
 run: install
 	$(BIN)/memsvc init-db
 	$(BIN)/memsvc run
@@ -51,7 +60,7 @@ serve: install
 
 # Everything CI checks: lint, formatting, types, then every test.
 test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.installed \
-		$(GENERATORS)/node_modules/.installed
+		$(GENERATORS)/node_modules/.installed browser
 	$(BIN)/pytest
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
@@ -78,6 +87,10 @@ docs: install
 	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'
 	$(BIN)/python -c 'from memsvc.api import procedure_table; procedure_table.write_docs("docs/api.md")'
 	$(BIN)/python -c 'from bench import report; report.write_docs("docs/performance.md")'
+
+# docs/console.md's screenshots, from the browser tests' own data and pages.
+screenshots: browser
+	MEMSVC_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/browser -k screenshots -p no:cacheprovider
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
 # traffic, ten times the fuzzing; prints its figures at the end.

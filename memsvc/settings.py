@@ -337,6 +337,19 @@ SETTINGS: tuple[Setting, ...] = (
        "Serve Prometheus metrics on this separate address too (e.g. `127.0.0.1:9100`), from "
        "gunicorn's master; it asks for `MEMSVC_METRICS_TOKEN` too when that is set.",
        "Observability"),
+    _S("CONSOLE", True, lambda v: isinstance(v, bool), "true or false",
+       "Serve the web console at `/console` (docs/console.md). Off: `/console` is a 404.",
+       "Console"),
+    _S("CONSOLE_SECRET_KEY", None, _optional(lambda v: isinstance(v, str) and len(v) >= 32),
+       "a string of at least 32 characters",
+       "Encrypts and signs the console's session cookies. Unset: a random key is made once "
+       "and kept in the instance folder (`console-secret`), shared by every worker of the "
+       "box; set it when several boxes serve one console.", "Console", secret=True),
+    _S("CONSOLE_IDLE_SECONDS", 1800, positive_int, "a positive whole number of seconds",
+       "A console session left idle this long is signed out.", "Console"),
+    _S("CONSOLE_SIGNIN_PER_MINUTE", 10, _int_range(1, 10_000), "a whole number from 1",
+       "Console sign-in attempts accepted per client address per minute, across workers.",
+       "Console"),
 )  # fmt: skip
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

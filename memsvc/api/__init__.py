@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from ..errors import HTTP_STATUS
 from ..errors import for_code
+from . import console
 from . import health
 from . import keys
 from . import memory
@@ -38,6 +39,7 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(openapi.bp)
     for router in ROUTERS:
         app.register_blueprint(router)
+    console.init_app(app)
     app.register_error_handler(HTTPException, _http_error)
 
 

@@ -1,0 +1,660 @@
+"""The web console at ``/console``: what memsvc knows about each end user, and why a search
+found what it found.
+
+Server-rendered pages (Jinja2, autoescaped), a stylesheet and one small
+script, all served from here: no CDN, no build step, works offline. Every
+page gets its data through :func:`.invoke.invoke`, i.e. the API's own
+procedures with their checks and limits. Pages are hardened against the data
+they show (user ids, memories, metadata and key names are untrusted): a
+strict Content-Security-Policy without inline script or style, no framing, a
+CSRF token on every state-changing form, and no secret in any URL.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import json
+import typing as t
+import urllib.parse
+
+from flask import Blueprint
+from flask import Flask
+from flask import abort
+from flask import current_app
+from flask import g
+from flask import make_response
+from flask import redirect
+from flask import render_template
+from flask import request
+from flask import url_for
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
+
+from ... import clock
+from ...errors import ApiError
+from ...errors import Unauthorized
+from ...limits import Limits
+from ...limits import Refused
+from ..context import runtime
+from . import diff
+from . import session as sessions
+from .invoke import invoke
+
+bp = Blueprint(
+    "console",
+    __name__,
+    url_prefix="/console",
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/static",
+)
+
+#: No inline script or style anywhere: a memory that smuggles markup in stays text.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; connect-src 'self'"
+)
+
+PAGE_SIZE = 25
+USERS_PAGE = 50
+MODES = ("hybrid", "semantic", "keyword")
+
+
+def init_app(app: Flask) -> None:
+    if app.config["CONSOLE"]:
+        # Made now, not at the first sign-in: a bad instance folder fails the start.
+        sessions._fernet(app)
+        app.register_blueprint(bp)
+
+
+@bp.after_request
+def _harden(response: Response) -> Response:
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+    if not request.path.startswith("/console/static/"):
+        response.headers["Cache-Control"] = "no-store"
+    session = g.get("console_session")
+    if g.get("console_signed_out"):
+        sessions.clear(response)
+    elif session is not None:
+        sessions.save(response, session)
+    pre = g.get("console_sign_in")
+    if pre is not None:
+        sessions.save(response, pre, sessions.SIGN_IN_COOKIE)
+    elif g.get("console_sign_in_done"):
+        sessions.clear(response, sessions.SIGN_IN_COOKIE)
+    return response
+
+
+# -- sessions --------------------------------------------------------------------------
+
+
+class SignedOut(Exception):
+    """The session ended (revoked key, expired token, idle): sign in again."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@bp.errorhandler(ApiError)
+def _refused(e: ApiError) -> Response:
+    return page("message.html", e.status, title="Refused", message=e.message, back=None)
+
+
+@bp.errorhandler(HTTPException)
+def _http(e: HTTPException) -> Response:
+    return page("message.html", e.code or 500, title=e.name, message=e.description or "", back=None)
+
+
+@bp.errorhandler(SignedOut)
+def _signed_out(e: SignedOut) -> Response:
+    g.console_signed_out = True
+    g.console_session = None
+    return redirect(url_for("console.sign_in", why=e.reason))
+
+
+def _session() -> sessions.Session | None:
+    if "console_session" not in g:
+        g.console_session = sessions.load()
+    return g.console_session
+
+
+def _same_origin() -> bool:
+    """The browser says the form was sent from a page of this host (or says nothing).
+
+    The host alone is compared: behind a TLS-terminating proxy the scheme
+    memsvc sees is not the browser's. ``Origin: null`` (a sandboxed or opaque
+    origin) is refused.
+    """
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    return urllib.parse.urlsplit(origin).netloc == request.host
+
+
+def _state_changing() -> None:
+    """A POST must come from a console page: same origin, with the session's CSRF token."""
+    if not _same_origin():
+        abort(403, "Cross-site request refused")
+    if not sessions.check_csrf(_session(), request.form.get("csrf")):
+        abort(403, "This form has expired or did not come from the console: reload the page")
+
+
+def needs_key(view: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    @functools.wraps(view)
+    def wrapped(*args: t.Any, **kwargs: t.Any) -> t.Any:
+        s = _session()
+        if s is None or s.api_key is None:
+            if s is None and request.cookies.get(sessions.COOKIE):
+                raise SignedOut("idle")
+            return redirect(url_for("console.sign_in"))
+        if request.method == "POST":
+            _state_changing()
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def needs_token(view: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
+    @functools.wraps(view)
+    def wrapped(*args: t.Any, **kwargs: t.Any) -> t.Any:
+        s = _session()
+        if s is None or s.token is None:
+            if s is None and request.cookies.get(sessions.COOKIE):
+                raise SignedOut("idle")
+            return redirect(url_for("console.sign_in", what="token"))
+        if request.method == "POST":
+            _state_changing()
+        return view(*args, **kwargs)
+
+    return wrapped
+
+
+def call(path: str, input: dict[str, t.Any] | None = None) -> t.Any:
+    """Run an API procedure with the session's credential; a refused credential ends it."""
+    s = _session()
+    assert s is not None
+    uses_token = path.startswith("keys.")
+    try:
+        data, _ = invoke(
+            path,
+            input or {},
+            api_key=None if uses_token else s.api_key,
+            token=s.token if uses_token else None,
+        )
+    except Unauthorized as e:
+        if uses_token:
+            s.token = s.token_tenant = None
+            if s.api_key is not None:
+                raise SignedOut("token") from e
+        raise SignedOut("key") from e
+    return data
+
+
+def page(template: str, status: int = 200, **context: t.Any) -> Response:
+    s = _session()
+    response = make_response(
+        render_template(
+            f"console/{template}",
+            session=s,
+            csrf=s.csrf if s else "",
+            **context,
+        ),
+        status,
+    )
+    return response
+
+
+def failure(e: ApiError) -> dict[str, t.Any]:
+    return {"code": e.code, "message": e.message, "status": e.status}
+
+
+# -- sign in and out ------------------------------------------------------------------
+
+_WHY = {
+    "key": "The API key was refused (revoked?): sign in again.",
+    "token": "The token was refused (expired?): sign in again to manage keys.",
+    "idle": "The session ended after a while without use: sign in again.",
+    "out": "Signed out.",
+}
+
+
+@bp.get("/")
+def home() -> Response:
+    s = _session()
+    if s is not None and s.api_key is not None:
+        return redirect(url_for("console.users"))
+    if s is not None and s.token is not None:
+        return redirect(url_for("console.keys_page"))
+    return redirect(url_for("console.sign_in"))
+
+
+def _sign_in_form() -> sessions.Session:
+    """The sign-in form's session (made now if there is none), kept by this response."""
+    pre = g.get("console_sign_in") or sessions.load(sessions.SIGN_IN_COOKIE)
+    if pre is None:
+        pre = sessions.Session.new()
+    g.console_sign_in = pre
+    return pre
+
+
+def sign_in_page(
+    status: int = 200, *, what: str, error: str | None, why: str | None = None
+) -> Response:
+    form = _sign_in_form()
+    return page("sign_in.html", status, why=why, what=what, error=error, form_csrf=form.csrf)
+
+
+@bp.get("/sign-in")
+def sign_in() -> Response:
+    why = _WHY.get(request.args.get("why", ""))
+    return sign_in_page(what=request.args.get("what", "key"), error=None, why=why)
+
+
+def _attempt_allowed() -> bool:
+    """Sign-in attempts per client address, counted by the API's limiter across workers."""
+    address = request.remote_addr or "unknown"
+    key = "console-sign-in-" + hashlib.sha256(address.encode()).hexdigest()[:32]
+    try:
+        runtime().limiter.acquire(key, Limits(current_app.config["CONSOLE_SIGNIN_PER_MINUTE"], 0))
+    except Refused:
+        return False
+    return True
+
+
+@bp.post("/sign-in")
+def sign_in_post() -> Response:
+    if not _same_origin():
+        abort(403, "Cross-site request refused")
+    what = "token" if request.form.get("what") == "token" else "key"
+    form = sessions.load(sessions.SIGN_IN_COOKIE)
+    if not sessions.check_csrf(form, request.form.get("csrf")):
+        g.console_sign_in = sessions.Session.new()
+        message = "The sign-in form had expired: type the secret again."
+        return sign_in_page(403, what=what, error=message)
+    secret = (request.form.get("secret") or "").strip()
+    if not _attempt_allowed():
+        message = "Too many sign-in attempts from this address: wait a minute."
+        return sign_in_page(429, what=what, error=message)
+    if not secret:
+        return sign_in_page(400, what=what, error="Type the secret first.")
+    # Signing in for keys keeps an API key session, and the other way round.
+    s = _session() or sessions.Session.new()
+    try:
+        if what == "key":
+            _, used = invoke("service.info", {}, api_key=secret)
+            s.api_key, s.tenant = secret, used.caller.tenant
+        else:
+            _, used = invoke("keys.list", {}, token=secret)
+            s.token, s.token_tenant = secret, used.caller.tenant
+    except ApiError as e:
+        refused = "That API key was refused." if what == "key" else "That token was refused."
+        return sign_in_page(e.status, what=what, error=f"{refused} ({e.message})")
+    # A new CSRF token at every sign-in: one seen before it is worthless.
+    s.csrf = sessions.Session.new().csrf
+    g.console_session = s
+    g.console_sign_in_done = True
+    return redirect(url_for("console.users" if what == "key" else "console.keys_page"))
+
+
+@bp.post("/sign-out")
+def sign_out() -> Response:
+    s = _session()
+    if s is not None and not sessions.check_csrf(s, request.form.get("csrf")):
+        abort(403, "This form has expired: reload the page")
+    g.console_signed_out = True
+    g.console_session = None
+    return redirect(url_for("console.sign_in", why="out"))
+
+
+# -- end users -------------------------------------------------------------------------
+
+
+@bp.get("/users")
+@needs_key
+def users() -> Response:
+    prefix = request.args.get("prefix", "")
+    after = request.args.get("after")
+    error = None
+    rows: list[dict[str, t.Any]] = []
+    try:
+        input: dict[str, t.Any] = {"limit": USERS_PAGE + 1, "prefix": prefix}
+        if after:
+            input["cursor"] = after
+        rows = call("memory.users", input)
+    except ApiError as e:
+        error = failure(e)
+    more = len(rows) > USERS_PAGE
+    rows = rows[:USERS_PAGE]
+    return page(
+        "users.html",
+        rows=rows,
+        prefix=prefix,
+        after=after,
+        next_after=rows[-1]["userId"] if more else None,
+        error=error,
+    )
+
+
+def _iso_from_local(value: str | None) -> str | None:
+    """A ``datetime-local`` field's value, read as UTC, as the API's timestamp."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return value  # the API names the field and the rule
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed.isoformat()
+
+
+@bp.get("/user")
+@needs_key
+def user() -> Response:
+    user_id = request.args.get("id", "")
+    after = request.args.get("after") or None
+    filter_text = request.args.get("filter", "").strip()
+    created_from = request.args.get("from", "")
+    created_to = request.args.get("to", "")
+    error = None
+    memories: list[dict[str, t.Any]] = []
+    input: dict[str, t.Any] = {"userId": user_id, "limit": PAGE_SIZE + 1}
+    if after:
+        input["cursor"] = after
+    try:
+        if filter_text:
+            try:
+                input["filter"] = json.loads(filter_text)
+            except ValueError as e:
+                raise _bad(f"filter: not JSON ({e})") from None
+        if created_from:
+            input["createdAfter"] = _iso_from_local(created_from)
+        if created_to:
+            input["createdBefore"] = _iso_from_local(created_to)
+        memories = call("memory.getAll", input)
+    except ApiError as e:
+        error = failure(e)
+    more = len(memories) > PAGE_SIZE
+    memories = memories[:PAGE_SIZE]
+    query = {"id": user_id, "filter": filter_text, "from": created_from, "to": created_to}
+    return page(
+        "user.html",
+        user_id=user_id,
+        memories=memories,
+        error=error,
+        filter_text=filter_text,
+        created_from=created_from,
+        created_to=created_to,
+        first_url=_url("console.user", query),
+        next_url=_url("console.user", {**query, "after": memories[-1]["id"]}) if more else None,
+        paged=bool(after),
+        pretty=diff.pretty,
+        now=clock.iso(clock.now_ms()),
+    )
+
+
+def _bad(message: str) -> ApiError:
+    from ...errors import BadRequest
+
+    return BadRequest(message)
+
+
+def _url(endpoint: str, args: dict[str, t.Any]) -> str:
+    kept = {k: v for k, v in args.items() if v not in (None, "")}
+    return url_for(endpoint) + ("?" + urllib.parse.urlencode(kept) if kept else "")
+
+
+@bp.post("/user/delete-all")
+@needs_key
+def delete_all() -> Response:
+    user_id = request.form.get("id", "")
+    typed = request.form.get("confirm", "")
+    if typed != user_id:
+        return page(
+            "message.html",
+            400,
+            title="Nothing deleted",
+            message="The confirmation did not match the user id exactly, so nothing was deleted.",
+            back=_url("console.user", {"id": user_id}),
+        )
+    try:
+        result = call("memory.deleteAll", {"userId": user_id})
+    except ApiError as e:
+        return page("message.html", e.status, title="Not deleted", message=e.message, back=None)
+    return page(
+        "message.html",
+        title="Deleted",
+        message=f"Deleted {result['deleted']} memories of {user_id}.",
+        back=url_for("console.users"),
+    )
+
+
+# -- one memory ------------------------------------------------------------------------
+
+
+@bp.get("/memory")
+@needs_key
+def memory() -> Response:
+    memory_id = request.args.get("id", "")
+    try:
+        found = call("memory.getById", {"id": memory_id})
+        history = call("memory.history", {"id": memory_id})
+    except ApiError as e:
+        return page("message.html", e.status, title="No such memory", message=e.message, back=None)
+    return page(
+        "memory.html",
+        memory=found,
+        versions=diff.versions(history),
+        pretty=diff.pretty,
+        error=None,
+        saved=request.args.get("saved") == "1",
+    )
+
+
+@bp.post("/memory/update")
+@needs_key
+def update() -> Response:
+    memory_id = request.form.get("id", "")
+    input: dict[str, t.Any] = {"id": memory_id, "content": request.form.get("content", "")}
+    try:
+        metadata_text = request.form.get("metadata", "").strip()
+        try:
+            input["metadata"] = json.loads(metadata_text) if metadata_text else None
+        except ValueError as e:
+            raise _bad(f"metadata: not JSON ({e})") from None
+        expires = request.form.get("expiresAt", "").strip()
+        # The field as it was shown: unchanged, the expiry is left alone.
+        if expires[:19] != request.form.get("expiresWas", ""):
+            input["expiresAt"] = _iso_from_local(expires) if expires else None
+        call("memory.update", input)
+    except ApiError as e:
+        try:
+            found = call("memory.getById", {"id": memory_id})
+            history = call("memory.history", {"id": memory_id})
+        except ApiError as again:
+            return page("message.html", again.status, title="Not saved", message=e.message)
+        return page(
+            "memory.html",
+            e.status,
+            memory=found,
+            versions=diff.versions(history),
+            pretty=diff.pretty,
+            error=failure(e),
+            saved=False,
+        )
+    return redirect(_url("console.memory", {"id": memory_id, "saved": "1"}))
+
+
+@bp.post("/memory/delete")
+@needs_key
+def delete() -> Response:
+    memory_id = request.form.get("id", "")
+    user_id = request.form.get("user", "")
+    if request.form.get("confirm") != "yes":
+        return page(
+            "message.html",
+            400,
+            title="Nothing deleted",
+            message="Tick the box to confirm the deletion.",
+            back=_url("console.memory", {"id": memory_id}),
+        )
+    try:
+        call("memory.delete", {"id": memory_id})
+    except ApiError as e:
+        return page("message.html", e.status, title="Not deleted", message=e.message, back=None)
+    return redirect(_url("console.user", {"id": user_id}))
+
+
+# -- search ----------------------------------------------------------------------------
+
+
+def _number(text: str | None, default: float, low: float, high: float) -> float:
+    try:
+        value = float(text) if text not in (None, "") else default
+    except ValueError:
+        return default
+    return min(max(value, low), high)
+
+
+@bp.get("/search")
+@needs_key
+def search() -> Response:
+    info = call("service.info")
+    recommended = info["embedder"]["recommendedThreshold"]
+    default_threshold = recommended if recommended is not None else info["defaults"]["threshold"]
+    user_id = request.args.get("user", "")
+    query = request.args.get("q", "")
+    mode = request.args.get("mode", "hybrid")
+    mode = mode if mode in MODES else "hybrid"
+    limit = int(_number(request.args.get("limit"), 10, 1, 100))
+    threshold = round(_number(request.args.get("threshold"), default_threshold, 0, 1), 2)
+    results: list[dict[str, t.Any]] = []
+    below: list[dict[str, t.Any]] = []
+    error = None
+    if user_id and query:
+        base = {"userId": user_id, "query": query, "mode": mode, "explain": True}
+        try:
+            results = call("memory.search", {**base, "limit": limit, "threshold": threshold})
+            if threshold > 0:
+                # What a slightly lower threshold would add: shown greyed, below the line.
+                near = call(
+                    "memory.search",
+                    {**base, "limit": limit + 5, "threshold": max(0.0, threshold - 0.15)},
+                )
+                shown = {r["id"] for r in results}
+                below = [r for r in near if r["id"] not in shown and r["similarity"] < threshold][
+                    :5
+                ]
+        except ApiError as e:
+            error = failure(e)
+    return page(
+        "search.html",
+        user_id=user_id,
+        query=query,
+        mode=mode,
+        modes=MODES,
+        limit=limit,
+        threshold=threshold,
+        recommended=recommended,
+        results=results,
+        below=below,
+        chart=_chart(results + below, threshold, recommended),
+        error=error,
+    )
+
+
+def _chart(
+    results: list[dict[str, t.Any]], threshold: float, recommended: float | None
+) -> dict[str, t.Any]:
+    """A histogram of the results' similarities in ten bins, drawn as SVG by the template."""
+    bins = [0] * 10
+    for r in results:
+        bins[min(int(r["similarity"] * 10), 9)] += 1
+    top = max(bins) or 1
+    height = 60
+    bars = [
+        {
+            "x": i * 30,
+            "h": round(height * n / top),
+            "y": height - round(height * n / top),
+            "n": n,
+            "label": f"{i / 10:.1f}–{(i + 1) / 10:.1f}",
+            "below": (i + 1) / 10 <= threshold,
+        }
+        for i, n in enumerate(bins)
+    ]
+    return {
+        "bars": bars,
+        "height": height,
+        "threshold_x": round(threshold * 300),
+        "recommended_x": None if recommended is None else round(recommended * 300),
+    }
+
+
+# -- keys ------------------------------------------------------------------------------
+
+
+@bp.get("/keys")
+@needs_token
+def keys_page() -> Response:
+    listed = call("keys.list")
+    return page("keys.html", keys=listed, created=None, error=None)
+
+
+@bp.post("/keys/create")
+@needs_token
+def keys_create() -> Response:
+    try:
+        created = call("keys.create", {"name": request.form.get("name", "")})
+    except ApiError as e:
+        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+    # The secret is in this answer (no-store) and nowhere else: no redirect carries it.
+    return page("keys.html", keys=call("keys.list"), created=created, error=None)
+
+
+@bp.post("/keys/revoke")
+@needs_token
+def keys_revoke() -> Response:
+    if request.form.get("confirm") != "yes":
+        return page(
+            "message.html",
+            400,
+            title="Not revoked",
+            message="Tick the box to confirm: a revoked key stops working at once, for good.",
+            back=url_for("console.keys_page"),
+        )
+    try:
+        call("keys.revoke", {"id": request.form.get("id", "")})
+    except ApiError as e:
+        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+    return redirect(url_for("console.keys_page"))
+
+
+# -- the service -----------------------------------------------------------------------
+
+
+@bp.get("/service")
+@needs_key
+def service() -> Response:
+    from ..health import health
+
+    info = call("service.info")
+    answer = health()
+    status = answer.get_json()
+    counted = call("memory.users", {"limit": 1000})
+    return page(
+        "service.html",
+        info=info,
+        health=status,
+        healthy=answer.status_code == 200,
+        users=len(counted),
+        memories=sum(u["memories"] for u in counted),
+        more=len(counted) == 1000,
+    )

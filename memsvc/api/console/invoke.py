@@ -1,0 +1,75 @@
+"""The console's one way to data: a procedure of the API, called as the API calls it.
+
+A console page does not reach services or the store itself. It runs the same
+declared procedure a tRPC request would (``memory.getAll``, ``keys.revoke``):
+through that procedure's middleware (the API key or token check, the key's
+rate and concurrency limits, lastUsedAt), its input schema and its handler,
+and gets the very JSON the API would answer. The session's credential is
+presented to that middleware as the request's ``x-api-key`` or
+``Authorization`` header for the duration of the call, replacing whatever
+the browser sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import typing as t
+
+from flask import current_app
+from flask import request
+from marshmallow import ValidationError
+
+from ...errors import BadRequest
+from ..procedures import Procedure
+from ..schemas import error_text
+from ..trpc import Call
+
+_HEADERS = ("HTTP_X_API_KEY", "HTTP_AUTHORIZATION")
+
+
+class _Given:
+    """A call's input, as the wire's parsed inputs hand it over."""
+
+    def __init__(self, value: t.Any):
+        self.value = value
+
+    def get(self, index: int) -> t.Any:
+        return self.value
+
+
+@contextlib.contextmanager
+def _presenting(api_key: str | None, token: str | None) -> t.Iterator[None]:
+    environ = request.environ
+    saved = {name: environ.pop(name) for name in _HEADERS if name in environ}
+    if api_key is not None:
+        environ["HTTP_X_API_KEY"] = api_key
+    if token is not None:
+        environ["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    try:
+        yield
+    finally:
+        for name in _HEADERS:
+            environ.pop(name, None)
+        environ.update(saved)
+
+
+def invoke(
+    path: str, input: dict[str, t.Any], *, api_key: str | None = None, token: str | None = None
+) -> tuple[t.Any, Call]:
+    """Run procedure ``path`` with ``input``; its answer as JSON data, and the call.
+
+    :raises ApiError: what the API would answer the call with (401, 404, 429...).
+    """
+    proc: Procedure = current_app.extensions["trpc"][path]
+    call = Call(path, 0, proc, t.cast(t.Any, _Given(input)))
+    call.budget = current_app.config["MAX_RESPONSE_BYTES"]
+    with _presenting(api_key, token), contextlib.ExitStack() as stack:
+        for middleware in proc.middleware:
+            stack.enter_context(middleware(call))
+        params: dict[str, t.Any] = {}
+        if proc.input is not None:
+            try:
+                params = proc.input.load(input)
+            except ValidationError as e:
+                raise BadRequest("; ".join(error_text(e.messages))) from None
+        return proc.output.dump(proc.handler(call, params)), call
