@@ -90,7 +90,7 @@ docs: install
 
 # docs/console.md's screenshots, from the browser tests' own data and pages.
 screenshots: browser
-	MEMSVC_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/browser -k screenshots -p no:cacheprovider
+	CONSOLE_SCREENSHOTS=docs/console $(BIN)/pytest -q tests/browser -k screenshots -p no:cacheprovider
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
 # traffic, ten times the fuzzing; prints its figures at the end.

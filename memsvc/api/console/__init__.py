@@ -379,14 +379,18 @@ def user() -> Response:
         if created_to:
             input["createdBefore"] = _iso_from_local(created_to)
         memories = call("memory.getAll", input)
+        found = call("memory.users", {"prefix": user_id, "limit": 1})
+        summary = found[0] if found and found[0]["userId"] == user_id else None
     except ApiError as e:
         error = failure(e)
+        summary = None
     more = len(memories) > PAGE_SIZE
     memories = memories[:PAGE_SIZE]
     query = {"id": user_id, "filter": filter_text, "from": created_from, "to": created_to}
     return page(
         "user.html",
         user_id=user_id,
+        summary=summary,
         memories=memories,
         error=error,
         filter_text=filter_text,

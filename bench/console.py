@@ -1,0 +1,153 @@
+"""What a console page costs the server, for an end user with 10,000 memories.
+
+Builds the app in this process on a fresh SQLite database, gives one end
+user 10,000 memories (and the tenant 2,000 more users), signs in to the
+console, and times whole requests through the app (WSGI, no network): the
+console's pages against the API calls they are built from, measured in the
+same run. Server time only; the browser's work is not counted.
+
+    python -m bench.console [--memories 10000] [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+import time
+import typing as t
+import uuid
+
+import numpy as np
+
+from bench.report import recording
+
+
+def _seed(app: t.Any, memories: int, users: int) -> str:
+    from memsvc import clock
+    from memsvc.api.context import store
+    from memsvc.models import Memory
+    from memsvc.services import keys
+
+    with app.app_context():
+        s = store()
+        dims = s.embedder()[1]
+        rng = np.random.default_rng(0)
+        now = clock.now_ms()
+        batch: list[Memory] = []
+
+        def flush() -> None:
+            vectors = rng.standard_normal((len(batch), dims)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            with s.write():
+                s.insert_memories(batch, [v[None, :] for v in vectors])
+            batch.clear()
+
+        for i in range(memories):
+            content = f"Memory {i}: the user mentioned topic {i % 97} while planning trip {i % 13}"
+            metadata = {"topic": i % 97, "source": "chat"}
+            batch.append(
+                Memory(str(uuid.uuid4()), "bench", "big-user", content, metadata, now + i, now + i)
+            )
+            if len(batch) == 1000:
+                flush()
+        for i in range(users):
+            batch.append(Memory(str(uuid.uuid4()), "bench", f"user-{i:05d}", "x", {}, now, now))
+            if len(batch) == 1000:
+                flush()
+        if batch:
+            flush()
+        return keys.create(s, "bench", "bench", "memsvc").secret
+
+
+def _time(client: t.Any, path: str, n: int, **kwargs: t.Any) -> tuple[float, float]:
+    """Median and 90th percentile of ``n`` requests, in ms (after a warm-up)."""
+    for _ in range(5):
+        assert client.get(path, **kwargs).status_code == 200
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        response = client.get(path, **kwargs)
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == 200, response.get_data(as_text=True)[:500]
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--users", type=int, default=2_000)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args()
+    from memsvc import create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        app = create_app(
+            {"DATABASE": f"{tmp}/memsvc.sqlite3", "RATE_LIMIT_PER_MINUTE": 0},
+            instance_path=tmp,
+        )
+        secret = _seed(app, args.memories, args.users)
+        client = app.test_client()
+        form = client.get("/console/sign-in").get_data(as_text=True)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form)
+        assert csrf is not None
+        signed = client.post(
+            "/console/sign-in", data={"csrf": csrf.group(1), "what": "key", "secret": secret}
+        )
+        assert signed.status_code == 302, signed.get_data(as_text=True)
+        api = {"headers": {"x-api-key": secret}}
+        rows = [
+            (
+                "API memory.getAll, 26 memories (baseline)",
+                _time(
+                    client,
+                    '/trpc/memory.getAll?input={"userId":"big-user","limit":26}',
+                    args.requests,
+                    **api,
+                ),
+            ),
+            (
+                "console: the user's page (25 memories)",
+                _time(client, "/console/user?id=big-user", args.requests),
+            ),
+            (
+                "API memory.getAll, 26, metadata filter",
+                _time(
+                    client,
+                    '/trpc/memory.getAll?input={"userId":"big-user","limit":26,'
+                    '"filter":{"topic":{"in":[3,5]}}}',
+                    args.requests,
+                    **api,
+                ),
+            ),
+            (
+                "console: the user's page, metadata filter",
+                _time(
+                    client,
+                    '/console/user?id=big-user&filter={"topic":{"in":[3,5]}}',
+                    args.requests,
+                ),
+            ),
+            (
+                "API memory.users, 51 users",
+                _time(client, '/trpc/memory.users?input={"limit":51}', args.requests, **api),
+            ),
+            ("console: end users (50)", _time(client, "/console/users", args.requests)),
+        ]
+    with recording("console"):
+        print(
+            f"one end user with {args.memories:,} memories, {args.users:,} other users; "
+            f"{args.requests} requests each through the app in-process (server time, no network)"
+        )
+        print(f"{'request':45} {'p50 ms':>7} {'p90 ms':>7} {'ratio':>6}")
+        base = rows[0][1][0]
+        for name, (p50, p90) in rows:
+            print(f"{name:45} {p50:7.1f} {p90:7.1f} {p50 / base:6.2f}")
+        worst = max(p50 for name, (p50, _) in rows if name.startswith("console"))
+        print(f"\nslowest console page, median: {worst:.1f} ms (target: under 50 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""docs/console.md's screenshots: each page of the console, with the data below.
+
+``make screenshots`` runs this with ``CONSOLE_SCREENSHOTS=docs/console`` and
+so rewrites the pictures; in the ordinary test run they go to a temporary
+folder, and the test checks each page renders without a fault.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from tests.browser.conftest import Api
+from tests.browser.conftest import new_page
+from tests.browser.conftest import sign_in
+from tests.support.servers import REPO
+
+PAGES = ["sign-in", "users", "user", "memory", "search", "keys", "service", "phone"]
+
+MEMORIES = {
+    "alice": [
+        ("Alice is training for the Berlin marathon in September", {"topic": "sport"}),
+        ("Alice runs ten kilometres every Sunday morning", {"topic": "sport"}),
+        ("Alice is allergic to peanuts", {"topic": "health", "important": True}),
+        ("Alice prefers answers in French", {"topic": "language"}),
+        ("Alice's daughter starts school in the autumn", {"topic": "family"}),
+        ("Alice works as a nurse on night shifts", {"topic": "work"}),
+    ],
+    "bob": [("Bob is vegetarian", {"topic": "food"}), ("Bob lives in Porto", {})],
+    "carol": [("Carol plays the cello in an amateur orchestra", {"topic": "music"})],
+    "dmitri": [("Dmitri is learning Japanese", {}), ("Dmitri's cat is called Miso", {})],
+    "emma@example.com": [("Emma's flight to Oslo leaves on Friday", {"topic": "travel"})],
+}
+
+
+def test_screenshots_of_every_page(browser, watch, server, tmp_path):
+    out = (
+        REPO / os.environ["CONSOLE_SCREENSHOTS"]
+        if os.environ.get("CONSOLE_SCREENSHOTS")
+        else tmp_path
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    key = server.create_key("acme", "console")
+    api = Api(server, key)
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=30)
+    first = None
+    for user, notes in MEMORIES.items():
+        for content, metadata in notes:
+            extra = {"expiresAt": soon.isoformat()} if "flight" in content else {}
+            m = api.add(user, content, metadata=metadata, **extra)
+            first = first or m
+    assert first is not None
+    api.call("memory.update", {"id": first["id"], "content": first["content"].replace(
+        "in September", "on 27 September, aiming for 3h45")})  # fmt: skip
+    api.call("memory.update", {"id": first["id"], "metadata": {"topic": "sport", "goal": "3:45"}})
+    page = new_page(browser, watch, viewport={"width": 1100, "height": 720})
+    try:
+        page.goto(server.url + "/console/sign-in")
+        page.screenshot(path=out / "sign-in.png")
+        sign_in(page, server, key)
+        page.screenshot(path=out / "users.png", full_page=True)
+        page.goto(server.url + "/console/user?id=alice")
+        page.screenshot(path=out / "user.png", full_page=True)
+        page.goto(server.url + f"/console/memory?id={first['id']}")
+        page.screenshot(path=out / "memory.png", full_page=True)
+        page.goto(
+            server.url + "/console/search?user=alice&q=Which+race+is+Alice+training+for%3F"
+            "&mode=hybrid&limit=5&threshold=0.45"
+        )
+        page.screenshot(path=out / "search.png", full_page=True)
+        page.goto(server.url + "/console/service")
+        page.screenshot(path=out / "service.png", full_page=True)
+        sign_in(page, server, server.token("acme"), token=True)
+        page.get_by_label("Name").fill("support dashboard")
+        page.get_by_role("button", name="Create").click()
+        page.screenshot(path=out / "keys.png", full_page=True)
+    finally:
+        page.context.close()
+    phone = new_page(browser, watch, viewport={"width": 390, "height": 780})
+    try:
+        sign_in(phone, server, key)
+        phone.goto(server.url + "/console/search?user=alice&q=food+allergy&threshold=0.3")
+        phone.screenshot(path=out / "phone.png")
+    finally:
+        phone.context.close()
+    assert watch.errors == [] and watch.dialogs == []
+    assert sorted(p.stem for p in out.glob("*.png")) == sorted(PAGES)
