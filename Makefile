@@ -112,6 +112,7 @@ bench: install
 	$(BIN)/python -m bench.embedding
 	$(BIN)/python -m bench.long_texts
 	$(BIN)/python -m bench.noisy_key
+	$(BIN)/python -m bench.console
 	$(BIN)/python -m bench.multilingual
 	@if command -v wrk >/dev/null; then $(BIN)/python -m bench.http_search; \
 	else echo "skipping bench.http_search: it needs wrk (apt-get install wrk)"; fi
