@@ -345,6 +345,15 @@ SETTINGS: tuple[Setting, ...] = (
        "Encrypts and signs the console's session cookies. Unset: a random key is made once "
        "and kept in the instance folder (`console-secret`), shared by every worker of the "
        "box; set it when several boxes serve one console.", "Console", secret=True),
+    _S("CONSOLE_OIDC_CLIENT_ID", None, _optional(_text), "a client id",
+       "With `MEMSVC_OIDC_ISSUER`: the console's client at the identity provider, so that key "
+       "management signs in there (authorization code with PKCE). Register "
+       "`https://<memsvc>/console/sign-in/oidc/callback` as its redirect URI.", "Console"),
+    _S("CONSOLE_OIDC_CLIENT_SECRET", None, _optional(_text), "a string",
+       "The console client's secret, for a provider that requires one (a confidential "
+       "client); PKCE is used either way.", "Console", secret=True),
+    _S("CONSOLE_OIDC_SCOPE", "openid", _text, "scopes, space-separated",
+       "What the console asks the identity provider for.", "Console"),
     _S("CONSOLE_IDLE_SECONDS", 1800, positive_int, "a positive whole number of seconds",
        "A console session left idle this long is signed out.", "Console"),
     _S("CONSOLE_SIGNIN_PER_MINUTE", 10, _int_range(1, 10_000), "a whole number from 1",

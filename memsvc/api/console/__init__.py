@@ -39,6 +39,7 @@ from ...limits import Limits
 from ...limits import Refused
 from ..context import runtime
 from . import diff
+from . import oidc
 from . import session as sessions
 from .invoke import invoke
 
@@ -248,7 +249,15 @@ def sign_in_page(
     status: int = 200, *, what: str, error: str | None, why: str | None = None
 ) -> Response:
     form = _sign_in_form()
-    return page("sign_in.html", status, why=why, what=what, error=error, form_csrf=form.csrf)
+    return page(
+        "sign_in.html",
+        status,
+        why=why,
+        what=what,
+        error=error,
+        form_csrf=form.csrf,
+        oidc=oidc.enabled(current_app),
+    )
 
 
 @bp.get("/sign-in")
@@ -301,6 +310,66 @@ def sign_in_post() -> Response:
     g.console_session = s
     g.console_sign_in_done = True
     return redirect(url_for("console.users" if what == "key" else "console.keys_page"))
+
+
+def _callback_url() -> str:
+    return url_for(
+        "console.oidc_callback", _external=True, _scheme="https" if sessions.is_https() else "http"
+    )
+
+
+@bp.get("/sign-in/oidc")
+def oidc_start() -> Response:
+    if not oidc.enabled(current_app):
+        abort(404)
+    if not _attempt_allowed():
+        message = "Too many sign-in attempts from this address: wait a minute."
+        return sign_in_page(429, what="token", error=message)
+    try:
+        url, pending = oidc.start(_callback_url())
+    except oidc.Failed as e:
+        return sign_in_page(502, what="token", error=f"Sign-in failed: {e}")
+    response = redirect(url)
+    sessions.seal(response, oidc.COOKIE, pending)
+    return response
+
+
+@bp.get("/sign-in/oidc/callback")
+def oidc_callback() -> Response:
+    if not oidc.enabled(current_app):
+        abort(404)
+    pending = sessions.unseal(oidc.COOKIE) or {}
+    try:
+        token = oidc.finish(_callback_url(), pending, request.args)
+        _, used = invoke("keys.list", {}, token=token)
+    except oidc.Failed as e:
+        response = sign_in_page(400, what="token", error=f"Sign-in failed: {e}")
+        sessions.forget(response, oidc.COOKIE)
+        return response
+    except ApiError as e:
+        response = sign_in_page(
+            e.status, what="token", error=f"That token was refused ({e.message})"
+        )
+        sessions.forget(response, oidc.COOKIE)
+        return response
+    # Back on this site by a same-site navigation, where the session cookie is sent.
+    response = page("oidc_done.html")
+    sessions.seal(response, oidc.COOKIE, {"token": token, "tenant": used.caller.tenant})
+    return response
+
+
+@bp.get("/sign-in/oidc/done")
+def oidc_done() -> Response:
+    signed = sessions.unseal(oidc.COOKIE) or {}
+    if not signed.get("token"):
+        return redirect(url_for("console.sign_in", what="token"))
+    s = _session() or sessions.Session.new()
+    s.token, s.token_tenant = signed["token"], signed["tenant"]
+    s.csrf = sessions.Session.new().csrf
+    g.console_session = s
+    response = redirect(url_for("console.keys_page"))
+    sessions.forget(response, oidc.COOKIE)
+    return response
 
 
 @bp.post("/sign-out")

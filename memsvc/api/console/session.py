@@ -146,3 +146,27 @@ def check_csrf(session: Session | None, given: t.Any) -> bool:
         and isinstance(given, str)
         and secrets.compare_digest(given.encode(), session.csrf.encode())
     )
+
+
+def seal(response: Response, name: str, data: dict[str, t.Any]) -> None:
+    """Keep ``data`` encrypted in cookie ``name`` for ten minutes, sent on cross-site top-level
+    navigations too (SameSite=Lax): the identity provider's redirect back is one."""
+    value = _fernet(current_app).encrypt(json.dumps(data).encode()).decode("ascii")
+    response.set_cookie(
+        name, value, max_age=600, path=PATH, secure=is_https(), httponly=True, samesite="Lax"
+    )
+
+
+def unseal(name: str) -> dict[str, t.Any] | None:
+    raw = request.cookies.get(name)
+    if not raw:
+        return None
+    try:
+        data = json.loads(_fernet(current_app).decrypt(raw.encode("ascii"), ttl=600))
+    except (InvalidToken, ValueError, UnicodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def forget(response: Response, name: str) -> None:
+    response.delete_cookie(name, path=PATH, secure=is_https(), httponly=True, samesite="Lax")

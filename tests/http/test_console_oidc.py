@@ -1,0 +1,121 @@
+"""Signing in to the console's key management at an OIDC provider (its endpoints faked with
+responses): authorization code with PKCE, state checked, the token checked as the API does."""
+
+import base64
+import hashlib
+import json
+import re
+import time
+import urllib.parse
+
+import pytest
+import responses
+from joserfc import jwt
+from joserfc.jwk import KeySet
+from joserfc.jwk import RSAKey
+
+ISSUER = "https://login.example.test/"
+AUDIENCE = "https://memsvc.example.test"
+
+
+@pytest.fixture
+def provider(make_app):
+    key = RSAKey.generate_key(2048, parameters={"kid": "k1"})
+    seen: dict = {}
+
+    def exchange(request):
+        form = dict(urllib.parse.parse_qsl(request.body))
+        seen["exchange"] = form
+        challenge = (
+            base64.urlsafe_b64encode(hashlib.sha256(form["code_verifier"].encode()).digest())
+            .rstrip(b"=")
+            .decode()
+        )
+        if form.get("code") != "good-code" or challenge != seen["challenge"]:
+            return 400, {}, json.dumps({"error": "invalid_grant"})
+        now = int(time.time())
+        claims = {"sub": "tenant-oidc", "iss": ISSUER, "aud": AUDIENCE, "iat": now,
+                  "exp": now + 600}  # fmt: skip
+        access = jwt.encode({"alg": "RS256", "kid": "k1"}, claims, key, algorithms=["RS256"])
+        body = {"access_token": access, "token_type": "Bearer", "expires_in": 600}
+        return 200, {"Content-Type": "application/json"}, json.dumps(body)
+
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        mock.get(
+            ISSUER + ".well-known/openid-configuration",
+            json={
+                "issuer": ISSUER,
+                "jwks_uri": ISSUER + "jwks.json",
+                "authorization_endpoint": ISSUER + "authorize",
+                "token_endpoint": ISSUER + "oauth/token",
+            },
+        )
+        mock.get(ISSUER + "jwks.json", json=KeySet([key]).as_dict(private=False))
+        mock.add_callback(responses.POST, ISSUER + "oauth/token", callback=exchange)
+        app = make_app(
+            OIDC_ISSUER=ISSUER, JWT_AUDIENCE=AUDIENCE, CONSOLE_OIDC_CLIENT_ID="memsvc-console"
+        )
+        yield app.test_client(), seen
+
+
+def authorize(client, seen):
+    """Start a sign-in; returns the authorization request's parameters."""
+    page = client.get("/console/sign-in").get_data(as_text=True)
+    assert "Sign in with your identity provider" in page
+    started = client.get("/console/sign-in/oidc")
+    assert started.status_code == 302
+    url = urllib.parse.urlsplit(started.headers["Location"])
+    assert f"{url.scheme}://{url.netloc}{url.path}" == ISSUER + "authorize"
+    params = dict(urllib.parse.parse_qsl(url.query))
+    seen["challenge"] = params["code_challenge"]
+    return params
+
+
+def test_key_management_signs_in_at_the_provider_with_pkce(provider):
+    client, seen = provider
+    params = authorize(client, seen)
+    assert params["response_type"] == "code" and params["client_id"] == "memsvc-console"
+    assert params["code_challenge_method"] == "S256" and len(params["state"]) >= 20
+    assert params["redirect_uri"] == "http://localhost/console/sign-in/oidc/callback"
+    assert params["nonce"] and params["audience"] == AUDIENCE and params["scope"] == "openid"
+    back = client.get(
+        "/console/sign-in/oidc/callback",
+        query_string={"code": "good-code", "state": params["state"]},
+    )
+    assert back.status_code == 200
+    assert re.search(r'http-equiv="refresh" content="0;url=/console/sign-in/oidc/done"', back.text)
+    assert seen["exchange"]["grant_type"] == "authorization_code"
+    done = client.get("/console/sign-in/oidc/done")
+    assert done.status_code == 302 and done.headers["Location"].endswith("/console/keys")
+    keys = client.get("/console/keys")
+    assert keys.status_code == 200 and "tenant-oidc" in keys.text
+    # The token lives in the session only: the hand-over cookie is gone.
+    assert client.get_cookie("memsvc_console_oidc", path="/console") is None
+
+
+def test_a_callback_with_another_state_is_refused(provider):
+    client, seen = provider
+    authorize(client, seen)
+    back = client.get(
+        "/console/sign-in/oidc/callback", query_string={"code": "good-code", "state": "forged"}
+    )
+    assert back.status_code == 400 and "state this browser did not start" in back.text
+    assert "exchange" not in seen
+    assert client.get("/console/keys").status_code == 302
+
+
+def test_a_code_the_provider_refuses_signs_no_one_in(provider):
+    client, seen = provider
+    params = authorize(client, seen)
+    back = client.get(
+        "/console/sign-in/oidc/callback", query_string={"code": "bad", "state": params["state"]}
+    )
+    assert back.status_code == 400 and "could not be exchanged" in back.text
+    assert client.get("/console/sign-in/oidc/done").status_code == 302
+    assert client.get("/console/keys").status_code == 302
+
+
+def test_without_a_client_id_there_is_no_provider_sign_in(make_app):
+    client = make_app().test_client()
+    assert "identity provider</a>" not in client.get("/console/sign-in").text
+    assert client.get("/console/sign-in/oidc").status_code == 404
