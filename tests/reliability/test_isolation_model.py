@@ -2,8 +2,8 @@
 
 Three tenants with the same three user names, several API keys each (some
 revoked along the way through ``keys.revoke`` with the tenant's JWT), and a
-random mix of every memory and key operation (updates, history and
-erasing a user included), through Flask's test client. After each step the
+random mix of every memory and key operation (updates, history, listing
+the tenant's end users and erasing a user included), through Flask's test client. After each step the
 answer must be exactly what a plain in-memory model says: no read, search,
 update, delete, erasure or key operation ever reaches across a tenant or a
 user, revoked keys get 401, another tenant's memory is a 404, another
@@ -220,6 +220,20 @@ class IsolationMachine(RuleBasedStateMachine):
                 memory.user,
                 memory.content,
             )
+
+    @rule(data=st.data(), prefix=st.sampled_from(["", "user-", "user-1", "u", "x"]))
+    def users(self, data, prefix):
+        """The key's tenant's end users with their counts: never another tenant's."""
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        listed = self._memory_call(key, "memory.users", {"prefix": prefix}, 200)
+        if listed is None:
+            return
+        expected = [
+            (user, len(self._live(key.tenant, user)))
+            for user in sorted(USERS)
+            if user.startswith(prefix) and self._live(key.tenant, user)
+        ]
+        assert [(u["userId"], u["memories"]) for u in listed] == expected
 
     @precondition(lambda self: self.memories)
     @rule(data=st.data())
