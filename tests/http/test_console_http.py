@@ -67,3 +67,28 @@ def test_the_session_cookie_is_httponly_strict_and_scoped(app, client):
     assert "Path=/console" in cookie[0] and secret not in cookie[0]
     https = client.get("/console/users", headers={"X-Forwarded-Proto": "https"})
     assert "Secure" in https.headers["Set-Cookie"]
+
+
+def test_an_expired_token_ends_key_management_but_not_the_key_session(make_app):
+    import time
+
+    app = make_app(JWT_SECRET="s" * 40, JWT_LEEWAY_SECONDS=0)
+    client = app.test_client()
+    with app.app_context():
+        from memsvc.api.context import runtime
+
+        secret = keys.create(store(), "tenant-A", "t", "memsvc").secret
+        token = runtime().tokens.mint("tenant-A", ttl=2)
+    sign_in(client, secret)
+    form = client.get("/console/sign-in").get_data(as_text=True)
+    # The sign-in form's token (the header's sign-out form carries the session's).
+    csrf = re.findall(r'name="csrf" value="([^"]+)"', form)[-1]
+    signed = client.post("/console/sign-in", data={"csrf": csrf, "what": "token", "secret": token})
+    assert signed.status_code == 302, re.findall(r"<p class=.error.*?</p>", signed.text)
+    assert signed.headers["Location"].endswith("/console/keys")
+    assert client.get("/console/keys").status_code == 200
+    time.sleep(3)
+    expired = client.get("/console/keys")
+    assert expired.status_code == 302 and "why=token" in expired.headers["Location"]
+    assert client.get("/console/keys").status_code == 302  # the token is gone for good
+    assert client.get("/console/users").status_code == 200  # the key is still signed in

@@ -96,11 +96,15 @@ def _harden(response: Response) -> Response:
 
 
 class SignedOut(Exception):
-    """The session ended (revoked key, expired token, idle): sign in again."""
+    """The session ended (revoked key, expired token, idle): sign in again.
 
-    def __init__(self, reason: str):
+    ``keep``: only the token went (an API key is still signed in).
+    """
+
+    def __init__(self, reason: str, *, keep: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.keep = keep
 
 
 @bp.errorhandler(ApiError)
@@ -115,9 +119,10 @@ def _http(e: HTTPException) -> Response:
 
 @bp.errorhandler(SignedOut)
 def _signed_out(e: SignedOut) -> Response:
-    g.console_signed_out = True
-    g.console_session = None
-    return redirect(url_for("console.sign_in", why=e.reason))
+    if not e.keep:
+        g.console_signed_out = True
+        g.console_session = None
+    return redirect(url_for("console.sign_in", why=e.reason, what="token" if e.keep else None))
 
 
 def _session() -> sessions.Session | None:
@@ -192,8 +197,7 @@ def call(path: str, input: dict[str, t.Any] | None = None) -> t.Any:
     except Unauthorized as e:
         if uses_token:
             s.token = s.token_tenant = None
-            if s.api_key is not None:
-                raise SignedOut("token") from e
+            raise SignedOut("token", keep=s.api_key is not None) from e
         raise SignedOut("key") from e
     return data
 
