@@ -3,11 +3,11 @@
 Three tenants with the same three user names, several API keys each (some
 revoked along the way through ``keys.revoke`` with the tenant's JWT), and a
 random mix of every memory and key operation (updates, history, listing
-the tenant's end users and erasing a user included), through Flask's test client. After each step the
-answer must be exactly what a plain in-memory model says: no read, search,
-update, delete, erasure or key operation ever reaches across a tenant or a
-user, revoked keys get 401, another tenant's memory is a 404, another
-tenant's key is a 401 for ``keys.revoke``.
+the tenant's end users and erasing a user included), through Flask's test
+client. After each step the answer must be exactly what a plain in-memory
+model says: no read, search, update, delete, erasure or key operation ever
+reaches across a tenant or a user, revoked keys get 401, another tenant's
+memory is a 404, another tenant's key is a 401 for ``keys.revoke``.
 """
 
 from __future__ import annotations
