@@ -31,7 +31,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Server]:
     s.stop()
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's sync API keeps an event loop running in this
+# thread until it stops, and asyncio.run() in later tests would then refuse.
+@pytest.fixture(scope="package")
 def browser() -> t.Iterator[t.Any]:
     if not pathlib.Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: run `make browser` (Debian's chromium package)")
