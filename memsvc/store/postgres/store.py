@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import struct
 import typing as t
 
 import numpy as np
@@ -20,12 +21,14 @@ from psycopg.pq import TransactionStatus
 from ...models import Memory
 from ...models import Version
 from ..base import ENTRY_COLUMNS
+from ..base import MEMORY_COLUMNS
 from ..base import Entry
+from ..base import UserState
+from ..base import memory_of
 from ..sql import Cursor
 from ..sql import SqlStore
 from ..sql import windows_of
 from . import schema
-from .connection import raw_vectors
 from .connection import register_vector
 from .connection import vectors_of
 
@@ -357,6 +360,26 @@ class PgStore(SqlStore):
 
     # -- search ----------------------------------------------------------------
 
+    def memories_if_current(
+        self, tenant: str, user_id: str, state: UserState, seqs: t.Sequence[int]
+    ) -> dict[int, Memory] | None:
+        if self.in_transaction():
+            return super().memories_if_current(tenant, user_id, state, seqs)
+        # One statement sees one snapshot: the counters and the memories as
+        # one read transaction would, without its BEGIN and COMMIT (a warm
+        # search's one round trip instead of four).
+        rows = self._rows(
+            "SELECT u.count, u.max_vid, u.deletes, u.updates, u.generation, u.user_key, "
+            "u.terms, m.* FROM memory_users AS u LEFT JOIN LATERAL ("
+            f"SELECT seq, {MEMORY_COLUMNS} FROM memories WHERE seq = ANY(%s) "
+            "AND tenant = u.tenant AND user_id = u.user_id) AS m ON true "
+            "WHERE u.tenant = %s AND u.user_id = %s",
+            ([int(s) for s in seqs], tenant, user_id),
+        )
+        if not rows or UserState(*(int(v) for v in rows[0][:7])) != state:
+            return None
+        return {row[7]: memory_of(row[8:]) for row in rows if row[7] is not None}
+
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         if not len(vids):
             return {}
@@ -382,60 +405,47 @@ class PgStore(SqlStore):
     def vectors(
         self, tenant: str, user_id: str, vids: np.ndarray, spare: int = 0, whole_user: bool = False
     ) -> np.ndarray:
-        if whole_user and self.in_transaction():
+        if whole_user:
             return self._whole_user(tenant, user_id, len(vids), spare)
         with self.conn.cursor(binary=True) as cur:
-            if whole_user:
-                cur.execute(
-                    "SELECT vid, embedding FROM memory_vectors "
-                    "WHERE tenant = %s AND user_id = %s ORDER BY vid",
-                    (tenant, user_id),
-                )
-            else:
-                cur.execute(
-                    "SELECT vid, embedding FROM memory_vectors "
-                    "WHERE tenant = %s AND user_id = %s AND vid = ANY(%s)",
-                    (tenant, user_id, [int(v) for v in vids]),
-                )
+            cur.execute(
+                "SELECT vid, embedding FROM memory_vectors "
+                "WHERE tenant = %s AND user_id = %s AND vid = ANY(%s)",
+                (tenant, user_id, [int(v) for v in vids]),
+            )
             rows = cur.fetchall()
         n = len(vids)
         if len(rows) != n:
             raise RuntimeError(f"vectors of {tenant}/{user_id}: found {len(rows)} of {n}")
         found = vectors_of([blob for _, blob in rows])
         out = np.zeros((n + spare, found.shape[1] if n else 0), dtype=np.float32)
-        if whole_user:
-            out[:n] = found
-        else:
-            where = {int(vid): i for i, (vid, _) in enumerate(rows)}
-            out[:n] = found[[where[int(v)] for v in vids]]
+        where = {int(vid): i for i, (vid, _) in enumerate(rows)}
+        out[:n] = found[[where[int(v)] for v in vids]]
         return out
 
     def _whole_user(self, tenant: str, user_id: str, n: int, spare: int) -> np.ndarray:
-        """Every vector of a user, in vid order, read a block at a time into one array.
+        """Every vector of a user, in vid order, streamed by COPY into one array.
 
-        A server-side cursor: the result never sits whole in the client, and
-        each block is converted straight into its rows (a user of 100,000
-        1536-d vectors is 600 MB; read at once it took four copies of that).
+        ``COPY ... TO STDOUT (FORMAT BINARY)`` sends each row as one message,
+        with none of a query's per-row work in the client; the bytes are
+        gathered a block at a time and each block converted by numpy at once
+        (:class:`_BinaryVectors`), so the result never sits whole in the
+        client as bytes (a user of 100,000 1536-d vectors is 600 MB). It
+        took half the time of a server-side cursor's fetches.
         """
-        out: np.ndarray | None = None
-        filled = 0
-        with self.conn.cursor(name=f"memsvc_vectors_{next(_cursors)}", binary=True) as cur:
-            cur.execute(
-                "SELECT embedding FROM memory_vectors WHERE tenant = %s AND user_id = %s "
-                "ORDER BY vid",
+        reader = _BinaryVectors(n, spare)
+        with self.conn.cursor() as cur:
+            with cur.copy(
+                "COPY (SELECT embedding FROM memory_vectors WHERE tenant = %s AND user_id = %s "
+                "ORDER BY vid) TO STDOUT (FORMAT BINARY)",
                 (tenant, user_id),
-            )
-            while rows := cur.fetchmany(2000):
-                block = raw_vectors(row[0] for row in rows)
-                if out is None:
-                    out = np.zeros((n + spare, block.shape[1] - 1), dtype=np.float32)
-                if filled + len(rows) > n:
-                    break
-                out[filled : filled + len(rows)] = block[:, 1:]
-                filled += len(rows)
-        if out is None or filled != n:
-            raise RuntimeError(f"vectors of {tenant}/{user_id}: found {filled} of {n}")
-        return out
+            ) as copy:
+                for data in copy:
+                    reader.feed(data)
+        found = reader.finish()
+        if found != n:
+            raise RuntimeError(f"vectors of {tenant}/{user_id}: found {found} of {n}")
+        return reader.out
 
     # -- re-embedding ------------------------------------------------------------
 
@@ -469,6 +479,71 @@ class PgStore(SqlStore):
             [(vid, tenant, user_id) for (tenant, user_id), vid in counters.items()],
         )
         self._switched(embedder_id, dimensions)
+
+
+class _BinaryVectors:
+    """Rows of a one-column ``COPY ... (FORMAT BINARY)`` of vectors, into a float32 array.
+
+    The stream: a 19-byte header, then per row a 2-byte field count (1), a
+    4-byte length and the value (pgvector's binary format: 2-byte dimension
+    count, 2 unused bytes, big-endian float32s), then a 2-byte trailer
+    (-1). Every row of one column of vectors is as long as the first, so a
+    block of rows is one array: numpy checks their counts and lengths and
+    converts their numbers at once.
+    """
+
+    _HEADER = b"PGCOPY\n\xff\r\n\x00"
+    _BLOCK = 1 << 23  # bytes converted at a time
+
+    def __init__(self, n: int, spare: int):
+        self.n = n
+        self.spare = spare
+        self.out = np.zeros((n + spare, 0), dtype=np.float32)
+        self._pending = bytearray()
+        self._started = False
+        self._row = 0  # bytes per row, from the first row's length
+        self._prefix = np.zeros(6, dtype=np.uint8)  # each row's field count and length
+        self._filled = 0
+
+    def feed(self, data: t.Any) -> None:
+        self._pending += data
+        if len(self._pending) >= self._BLOCK:
+            self._convert()
+
+    def finish(self) -> int:
+        """Convert what is left; how many vectors were read."""
+        self._convert()
+        if self._started and bytes(self._pending) != b"\xff\xff":
+            raise RuntimeError("COPY of vectors: the stream did not end as expected")
+        return self._filled
+
+    def _convert(self) -> None:
+        buf = self._pending
+        if not self._started:
+            if len(buf) < 25:
+                return
+            if buf[:11] != self._HEADER:
+                raise RuntimeError("COPY of vectors: not PostgreSQL's binary format")
+            (extension,) = struct.unpack_from(">I", buf, 15)
+            del buf[: 19 + extension]
+            (length,) = struct.unpack_from(">i", buf, 2)
+            dims = (length - 4) // 4
+            self._row = 6 + length
+            self._prefix = np.frombuffer(struct.pack(">hi", 1, length), dtype=np.uint8)
+            self.out = np.zeros((self.n + self.spare, dims), dtype=np.float32)
+            self._started = True
+        rows = len(buf) // self._row  # the 2-byte trailer is never taken for a row
+        if rows == 0:
+            return
+        if self._filled + rows > self.n:
+            raise RuntimeError(f"COPY of vectors: more than the {self.n} expected")
+        block = np.frombuffer(buf, dtype=np.uint8, count=rows * self._row).reshape(rows, -1)
+        if not (block[:, :6] == self._prefix).all():
+            raise RuntimeError("COPY of vectors: a row of another length")
+        self.out[self._filled : self._filled + rows] = block[:, 10:].view(">f4")
+        self._filled += rows
+        del block
+        del buf[: rows * self._row]
 
 
 def _f32(vector: np.ndarray) -> np.ndarray:
