@@ -1,6 +1,8 @@
 """Exact search of one user's memories: the whole algorithm, in one place.
 
-:func:`nearest` runs one search inside one read transaction:
+:func:`nearest` runs one search inside one read transaction (for a user
+whose cached vectors are current, one read without a transaction: see
+:func:`_from_cache`):
 
 1. read the user's change counters (one indexed row);
 2. take the user's vectors from the cache (:mod:`.cache`: this worker's
@@ -108,9 +110,57 @@ def nearest(
     Only memories the ``scope`` admits; most similar first, ties to the
     newest; exact whichever path is taken.
     """
+    found = _from_cache(store, cache, tenant, user_id, query, k, threshold, scope)
+    if found is not None:
+        return found
     with store.read():
         hits, _ = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
         return _memories(store, hits)
+
+
+#: Floats (rows x dimensions) up to which a cached user is searched before
+#: checking that the cache is current: 4 MB, a scan about as long as one
+#: round trip to PostgreSQL. Past that, a scan wasted on an out-of-date
+#: snapshot would cost more than the round trips saved.
+SCAN_FIRST_FLOATS = 1 << 20
+
+
+def _from_cache(
+    store: Store,
+    cache: SearchCache | None,
+    tenant: str,
+    user_id: str,
+    query: np.ndarray,
+    k: int,
+    threshold: float,
+    scope: Scope,
+) -> list[ScoredMemory] | None:
+    """:func:`nearest` from the user's cached snapshot, if it is current; else None.
+
+    The snapshot is scanned first, then the user's counters and the winning
+    memories are read at one instant (:meth:`Store.memories_if_current`):
+    the counters unchanged, the answer is the one a read transaction would
+    give, for one read of the store instead of two in a transaction (one
+    round trip to PostgreSQL instead of four). Changed (a write came in
+    between), the caller searches the usual way, which brings the snapshot
+    up to date. Only for users small enough (:data:`SCAN_FIRST_FLOATS`).
+    """
+    snap = cache.peek(tenant, user_id) if cache is not None else None
+    if (
+        snap is None
+        or cache is None
+        or snap.n * snap.matrix.shape[1] > SCAN_FIRST_FLOATS
+        # Vectors of another size: of the embedder before a re-embedding.
+        or snap.matrix.shape[1] != len(query)
+    ):
+        return None
+    best = _scan(snap, query, k, threshold, scope)
+    if scope.filter:
+        cache.settle(tenant, user_id, snap)  # it may have built filter columns
+    found = store.memories_if_current(tenant, user_id, snap.state, [seq for seq, _, _ in best])
+    if found is None:
+        return None
+    return [ScoredMemory(found[seq], cosine) for seq, cosine, _ in best if seq in found]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -301,6 +301,13 @@ class SearchCache:
                 self._touch(new.file.path)
             return new
 
+    def peek(self, tenant: str, user_id: str) -> Snapshot | None:
+        """The user's snapshot as it is, without reading the store; None: not cached.
+
+        It may be out of date: check its ``state`` against the store's.
+        """
+        return self._get((tenant, user_id))
+
     def settle(self, tenant: str, user_id: str, snap: Snapshot) -> None:
         """Count what a snapshot's filter columns take now, evicting others if over budget."""
         key = (tenant, user_id)

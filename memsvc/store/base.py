@@ -296,6 +296,17 @@ class Store(abc.ABC):
         """The user's change counters (see :class:`UserState`)."""
 
     @abc.abstractmethod
+    def memories_if_current(
+        self, tenant: str, user_id: str, state: UserState, seqs: t.Sequence[int]
+    ) -> dict[int, Memory] | None:
+        """The user's memories with these seqs if the user's counters still are ``state``.
+
+        None if they changed. Both are read at one instant, as in one read
+        transaction: a search answered from a cache as of ``state`` is
+        checked and completed with one read (PostgreSQL: one statement).
+        """
+
+    @abc.abstractmethod
     def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
         """A user's memories whose vectors have ids above ``after_vid``, by vector id.
 

@@ -622,6 +622,14 @@ class SqlStore(Store):
         )
         return UserState(*(int(v) for v in row)) if row else None
 
+    def memories_if_current(
+        self, tenant: str, user_id: str, state: UserState, seqs: t.Sequence[int]
+    ) -> dict[int, Memory] | None:
+        with self.read():
+            if self.user_state(tenant, user_id) != state:
+                return None
+            return self.memories_by_seq(seqs)
+
     def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
         rows = self._rows(
             f"SELECT {ENTRY_COLUMNS} FROM memories "

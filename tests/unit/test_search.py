@@ -1,5 +1,6 @@
 """memsvc.search: the cached path returns exactly what the uncached path and brute force do."""
 
+import dataclasses
 import functools
 import json
 import subprocess
@@ -355,3 +356,39 @@ def test_a_memory_scores_as_its_best_window(db):
         [(first, sim), (second, _)] = search(store, c, "u", target, 2, 0)
         assert first.id == long_memory.id and sim == pytest.approx(1.0)
         assert second.id == short.id
+
+
+def test_a_cached_search_sees_writes_through_other_connections_at_once(db):
+    """Searched outside a transaction, a warm cache is checked against the store every time."""
+    path, store = db
+    rng = np.random.default_rng(11)
+    first = add(store, rng.standard_normal((20, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    check_all_paths(store, cache, "u", query, 5, 0)
+    other = open_store(path)
+    try:
+        for step in range(6):
+            if step % 2 == 0:
+                [new] = add(other, query[None, :])
+                assert ids(search(store, cache, "u", query, 5, 0))[0] == new.id
+            else:
+                with other.write():
+                    other.delete_memory("t", first[step].id)
+                assert first[step].id not in ids(search(store, cache, "u", query, 30, -1))
+            with other.write():  # metadata alone: the answer carries the new one
+                seq, previous = other.locate("t", first[0].id, 0)
+                other.update_memory(seq, previous, _tagged(previous, step), None)
+            [hit] = [m for m, _ in search(store, cache, "u", query, 30, -1) if m.id == first[0].id]
+            assert hit.metadata == {"step": step}
+            check_all_paths(store, cache, "u", query, 10, 0)
+    finally:
+        close_store(other)
+    # Erased: nothing of the user is found, though the cache held them.
+    with store.write():
+        store.delete_user("t", "u")
+    assert search(store, cache, "u", query, 5, -1) == []
+
+
+def _tagged(memory, step):
+    return dataclasses.replace(memory, metadata={"step": step}, version=memory.version + 1)
