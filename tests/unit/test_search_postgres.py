@@ -1,10 +1,12 @@
-"""A warm search of a small user costs PostgreSQL one round trip, and stays exact.
+"""Search on PostgreSQL: a warm search of a small user is one round trip, and exact;
+a user's vectors load whole through a binary COPY.
 
 Round trips are counted on a real psycopg connection: every wait for the
 server's answer (a statement, a BEGIN, a COMMIT, a fetch of a server-side
 cursor) is one. The search's read transaction of old took four.
 """
 
+import contextlib
 import uuid
 
 import numpy as np
@@ -124,3 +126,37 @@ def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
     found, n = trips(conn, lambda: search(store, cache, query))
     assert n == 4  # BEGIN, the counters, the memories, COMMIT
     assert found == search(store, None, query)
+
+
+@pytest.mark.parametrize("dims, block", [(1536, 1 << 23), (1536, 1000), (7, 3), (32, 130)])
+def test_a_users_vectors_load_whole_through_copy(database, monkeypatch, dims, block):
+    """Blocks ending anywhere (mid-row, mid-header), rows of any size: the same vectors."""
+    from memsvc.store.postgres import store as pg_store
+    from tests.support.stores import raw_vector
+
+    monkeypatch.setattr(pg_store._BinaryVectors, "_BLOCK", block)
+    store = open_store(database)
+    try:
+        store.migrate("test:random", dims)
+        rng = np.random.default_rng(dims)
+        vectors = rng.standard_normal((60, dims)).astype(np.float32)
+        memories = add(store, vectors)
+        add(store, rng.standard_normal((5, dims)).astype(np.float32), user="other")
+        with store.write():  # a gap in the vector ids
+            store.delete_memory("t", memories[10].id)
+        kept = np.delete(vectors, 10, axis=0)
+        vids = np.delete(np.arange(1, 61), 10)
+        for in_transaction in (False, True):
+            with store.read() if in_transaction else contextlib.nullcontext():
+                got = store.vectors("t", "u", vids, spare=3, whole_user=True)
+            assert got.shape == (59 + 3, dims) and got.dtype == np.float32
+            assert np.array_equal(got[:59], kept) and not got[59:].any()
+        assert np.array_equal(raw_vector(store, "t", "u", 60), got[58])
+        with pytest.raises(RuntimeError, match="found 59 of 60"):
+            store.vectors("t", "u", np.arange(1, 61), whole_user=True)
+        with pytest.raises(RuntimeError, match="more than the 9 expected"):
+            store.vectors("t", "u", np.arange(1, 10), whole_user=True)
+        empty = store.vectors("t", "nobody", np.zeros(0, dtype=np.int64), whole_user=True)
+        assert len(empty) == 0
+    finally:
+        close_store(store)
