@@ -371,9 +371,10 @@ class PgStore(SqlStore):
         rows = self._rows(
             "SELECT u.count, u.max_vid, u.deletes, u.updates, u.generation, u.user_key, "
             "u.terms, m.* FROM memory_users AS u LEFT JOIN LATERAL ("
-            f"SELECT seq, {MEMORY_COLUMNS} FROM memories WHERE seq = ANY(%s) "
-            "AND tenant = u.tenant AND user_id = u.user_id) AS m ON true "
-            "WHERE u.tenant = %s AND u.user_id = %s",
+            # By seq alone (the primary key): the counters unchanged, these
+            # seqs are the user's memories', as in memories_by_seq.
+            f"SELECT seq, {MEMORY_COLUMNS} FROM memories WHERE seq = ANY(%s::bigint[])"
+            ") AS m ON true WHERE u.tenant = %s AND u.user_id = %s",
             ([int(s) for s in seqs], tenant, user_id),
         )
         if not rows or UserState(*(int(v) for v in rows[0][:7])) != state:
