@@ -15,11 +15,18 @@ class FakeProvider:
     """``POST /v1/embeddings`` answering after ``delay`` seconds with 8-d vectors.
 
     Records the most embedding calls it ever served at once, per marker: a
-    text containing a marker word counts under that marker.
+    text containing a marker word counts under that marker. A call whose
+    marker has a gate in ``gates`` is held until that gate is set instead.
     """
 
-    def __init__(self, delay: float = 1.0, dimensions: int = 8):
+    def __init__(
+        self,
+        delay: float = 1.0,
+        dimensions: int = 8,
+        gates: dict[str, threading.Event] | None = None,
+    ):
         self.delay = delay
+        self.gates = gates or {}
         self.dimensions = dimensions
         self.lock = threading.Lock()
         self.current: dict[str, int] = {}
@@ -37,7 +44,11 @@ class FakeProvider:
                         provider.peak.get(marker, 0), provider.current[marker]
                     )
                 try:
-                    time.sleep(provider.delay)
+                    gate = provider.gates.get(marker)
+                    if gate is None:
+                        time.sleep(provider.delay)
+                    else:
+                        gate.wait(120)
                 finally:
                     with provider.lock:
                         provider.current[marker] -= 1
