@@ -162,7 +162,11 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
 
     def call(wsgi_app, environ) -> bytes:
         statuses = []
-        body = b"".join(wsgi_app(dict(environ), lambda status, headers: statuses.append(status)))
+
+        def start_response(status, headers, exc_info=None):
+            statuses.append(status)
+
+        body = b"".join(wsgi_app(dict(environ), start_response))
         assert statuses[0].startswith("200"), body
         return body
 
