@@ -13,6 +13,7 @@ from ..services import keys
 from . import middleware
 from . import outputs
 from . import schemas
+from .context import runtime
 from .context import store
 from .procedures import Router
 from .trpc import Call
@@ -53,3 +54,29 @@ def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
     keys.revoke(store(), call.caller.tenant, params["id"])
     audit.record("keys.revoke", "token", call.caller.tenant, key_id=params["id"])
     return {"success": True}
+
+
+@router.mutation(
+    "setLimits",
+    input=schemas.SetKeyLimitsInput(),
+    output=outputs.KEY,
+    errors=[NotFound, Forbidden],
+)
+def set_limits(call: Call, params: dict[str, t.Any]) -> t.Any:
+    given = {
+        name: params[field]
+        for field, name in (("rateLimit", "per_minute"), ("concurrencyLimit", "concurrent"))
+        if field in params
+    }
+    key = keys.tighten_limits(
+        store(), call.caller.tenant, params["id"], runtime().default_limits, **given
+    )
+    audit.record(
+        "keys.setLimits",
+        "token",
+        call.caller.tenant,
+        key_id=key.id,
+        per_minute=key.rate_limit,
+        concurrent=key.concurrency_limit,
+    )
+    return key

@@ -168,9 +168,30 @@ _API_KEY = Shape[ApiKey](
         Field("lastUsedAt", _NULLABLE_TIMESTAMP, lambda k: wire.timestamp(k.last_used_at)),
         Field("createdAt", TIMESTAMP, lambda k: wire.timestamp(k.created_at)),
         Field("revokedAt", _NULLABLE_TIMESTAMP, lambda k: wire.timestamp(k.revoked_at)),
+        Field(
+            "rateLimit",
+            {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "Calls per minute this key may make (0: unlimited); null: the "
+                "server's setting, which service.info reports.",
+            },
+            operator.attrgetter("rate_limit"),
+        ),
+        Field(
+            "concurrencyLimit",
+            {
+                "type": ["integer", "null"],
+                "minimum": 0,
+                "description": "Calls of this key executing at once (0: unlimited); null: the "
+                "server's setting.",
+            },
+            operator.attrgetter("concurrency_limit"),
+        ),
     ),
 )
 KEYS = Output.list_of(Component.of(_API_KEY), _API_KEY.json)
+KEY = Output.one(Component.of(_API_KEY), _API_KEY.json)
 
 _CREATED_KEY = Shape[CreatedKey](
     "CreatedKey",

@@ -20,6 +20,8 @@ from marshmallow import validate
 from marshmallow import validates_schema
 
 from .. import rules
+from ..limits import MAX_CONCURRENT
+from ..limits import MAX_PER_MINUTE
 from ..search import MODES
 from ..search import filters
 from ..search.filters import Filter
@@ -292,6 +294,22 @@ class UsersInput(Input):
 
 
 # -- keys router -------------------------------------------------------------
+
+
+class SetKeyLimitsInput(IdInput):
+    # Absent: unchanged; null: back to the server's setting.
+    rateLimit = WholeNumber(
+        allow_none=True,
+        validate=validate.Range(
+            0, MAX_PER_MINUTE, error=f"must be between 0 and {MAX_PER_MINUTE}, or null"
+        ),
+    )
+    concurrencyLimit = WholeNumber(
+        allow_none=True,
+        validate=validate.Range(
+            0, MAX_CONCURRENT, error=f"must be between 0 and {MAX_CONCURRENT}, or null"
+        ),
+    )
 
 
 class CreateKeyInput(Input):

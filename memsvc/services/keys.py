@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import secrets
 import uuid
 
@@ -11,6 +12,7 @@ from .. import clock
 from ..errors import Forbidden
 from ..errors import NotFound
 from ..errors import Unauthorized
+from ..limits import Limits
 from ..models import ApiKey
 from ..models import CreatedKey
 from ..store import Store
@@ -88,6 +90,62 @@ def set_limits(store: Store, key_id: str, per_minute: int | None, concurrent: in
     if key is None:
         raise NotFound("API key not found")
     return key
+
+
+class Unset:
+    """A field a call did not give: left as it is."""
+
+
+UNSET = Unset()
+
+
+def _room(limit: int | None) -> float:
+    """A limit as an amount, 0 (unlimited) as infinity."""
+    return math.inf if limit == 0 else float(limit or 0)
+
+
+def tighten_limits(
+    store: Store,
+    tenant: str,
+    key_id: str,
+    defaults: Limits,
+    *,
+    per_minute: int | None | Unset = UNSET,
+    concurrent: int | None | Unset = UNSET,
+) -> ApiKey:
+    """A tenant sets its own key's limits, never above what the operator allows it.
+
+    Unset: unchanged; None: back to the server's setting (``defaults``). A
+    new value may be at most the server's setting, or the key's own limit
+    if its operator gave it more (``memsvc keys set-limits``): a tenant
+    lowers its keys' limits, only the operator raises them (:class:`Forbidden`).
+    A key of another tenant is refused as :func:`revoke` refuses it.
+    """
+    with store.write():
+        key = store.get_key(key_id)
+        if key is None:
+            raise NotFound("API key not found")
+        if key.tenant != tenant:
+            raise Unauthorized("API key belongs to another user")
+        rate = key.rate_limit if isinstance(per_minute, Unset) else per_minute
+        conc = key.concurrency_limit if isinstance(concurrent, Unset) else concurrent
+        for name, new, old, default, setting in (
+            ("rateLimit", per_minute, key.rate_limit, defaults.per_minute, "RATE_LIMIT_PER_MINUTE"),
+            ("concurrencyLimit", concurrent, key.concurrency_limit, defaults.concurrent,
+             "CONCURRENCY_LIMIT"),
+        ):  # fmt: skip
+            if isinstance(new, Unset) or new is None:
+                continue
+            cap = max(_room(default), _room(old))
+            if _room(new) > cap:
+                raise Forbidden(
+                    f"{name} may be at most {int(cap)} for this key (MEMSVC_{setting} or the "
+                    "key's own limit): a tenant lowers its keys' limits, only the operator "
+                    "raises them (memsvc keys set-limits)"
+                )
+        if rate != key.rate_limit or conc != key.concurrency_limit:
+            store.set_key_limits(key_id, rate, conc)
+    return dataclasses.replace(key, rate_limit=rate, concurrency_limit=conc)
 
 
 def list_for(store: Store, tenant: str | None) -> list[ApiKey]:

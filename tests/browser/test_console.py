@@ -257,7 +257,7 @@ def test_delete_all_with_a_wrong_confirmation_deletes_nothing(page, server, acco
 # -- keys --------------------------------------------------------------------------------
 
 
-def test_keys_are_created_with_the_secret_shown_once_and_revoked(page, server):
+def test_keys_are_created_with_the_secret_shown_once_limited_and_revoked(page, server):
     name = tenant()
     sign_in(page, server, server.token(name), token=True)
     assert page.url.endswith("/console/keys")
@@ -275,8 +275,26 @@ def test_keys_are_created_with_the_secret_shown_once_and_revoked(page, server):
     page.goto(server.url + "/console/keys")
     assert secret not in page.content()
     row = page.locator("tr", has_text="reporting job")
+    # Its limits: lowered here, and they apply at once; raising is the operator's.
+    row.get_by_label("per minute").fill("2")
+    row.get_by_role("button", name="Set limits of key reporting job").click()
+    row = page.locator("tr", has_text="reporting job")
+    assert row.get_by_label("per minute").input_value() == "2"
+    used = [
+        requests.get(server.url + "/trpc/memory.users", headers={"x-api-key": secret}, timeout=30)
+        for _ in range(2)
+    ]
+    # One call of this minute was made above: the second now is the third.
+    assert [r.status_code for r in used] == [200, 429]
+    row.get_by_label("at once").fill("100000")
+    row.get_by_role("button", name="Set limits of key reporting job").click()
+    assert "only the operator raises them" in page.content()
+    page.goto(server.url + "/console/keys")
+    row = page.locator("tr", has_text="reporting job")
+    assert row.get_by_label("at once").input_value() == ""
     row.get_by_role("button", name="Revoke key reporting job").click()
-    assert "/console/keys" in page.url and row.get_by_role("button").count() == 1
+    revoke = row.get_by_role("button", name="Revoke key reporting job")
+    assert "/console/keys" in page.url and revoke.count() == 1
     row.get_by_label("sure").check()
     row.get_by_role("button", name="Revoke key reporting job").click()
     assert "revoked" in page.locator("tr", has_text="reporting job").inner_text()

@@ -13,7 +13,10 @@ from tests.support.helpers import query
 
 SECRET = "k" * 40
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-KEY_FIELDS = ["id", "idpUserId", "idpKeyId", "name", "lastUsedAt", "createdAt", "revokedAt"]
+KEY_FIELDS = [
+    "id", "idpUserId", "idpKeyId", "name", "lastUsedAt", "createdAt", "revokedAt", "rateLimit",
+    "concurrencyLimit",
+]  # fmt: skip
 CREATED_FIELDS = ["id", "idpUserId", "idpKeyId", "name", "secret", "createdAt"]
 MISSING_ID = "00000000-0000-4000-8000-000000000000"
 
@@ -230,3 +233,76 @@ def test_a_batch_may_span_routers(client):
     assert resp.status_code == 200
     keys, memories = resp.get_json()
     assert len(keys["result"]["data"]) == 1 and memories == {"result": {"data": []}}
+
+
+def set_limits(client, body, tenant="tenant-A"):
+    return mutate(client, "keys.setLimits", body, headers=bearer(tenant))
+
+
+def test_a_tenant_lowers_its_keys_limits_and_they_apply_at_once(make_app):
+    app = make_app(JWT_SECRET=SECRET, RATE_LIMIT_PER_MINUTE=60, CONCURRENCY_LIMIT=10)
+    client = app.test_client()
+    created = create(client)
+    assert listed(client)[0]["rateLimit"] is None  # the server's setting
+    key = data(set_limits(client, {"id": created["id"], "rateLimit": 2}))
+    assert list(key) == KEY_FIELDS
+    assert (key["rateLimit"], key["concurrencyLimit"]) == (2, None)
+    assert listed(client)[0]["rateLimit"] == 2
+    auth = {"x-api-key": created["secret"]}
+    codes = [
+        query(client, "memory.getAll", {"userId": "u"}, headers=auth).status_code for _ in "abc"
+    ]
+    assert codes == [200, 200, 429]
+    # Absent: unchanged; null: back to the server's setting.
+    key = data(set_limits(client, {"id": created["id"], "concurrencyLimit": 3}))
+    assert (key["rateLimit"], key["concurrencyLimit"]) == (2, 3)
+    key = data(set_limits(client, {"id": created["id"], "rateLimit": None}))
+    assert (key["rateLimit"], key["concurrencyLimit"]) == (None, 3)
+    assert listed(client)[0]["rateLimit"] is None
+
+
+def test_only_the_operator_raises_a_keys_limits(make_app):
+    app = make_app(JWT_SECRET=SECRET, RATE_LIMIT_PER_MINUTE=60, CONCURRENCY_LIMIT=10)
+    client = app.test_client()
+    created = create(client)
+    for body in ({"rateLimit": 61}, {"rateLimit": 0}, {"concurrencyLimit": 11}):
+        error = assert_error(
+            set_limits(client, {"id": created["id"], **body}), 403, "FORBIDDEN", "keys.setLimits"
+        )
+        assert "only the operator raises them" in error["message"]
+    assert listed(client)[0]["rateLimit"] is None
+    # A key the operator gave more may be set anywhere up to that.
+    app.extensions["memsvc"].store().set_key_limits(created["id"], 500, None)
+    assert data(set_limits(client, {"id": created["id"], "rateLimit": 400}))["rateLimit"] == 400
+
+
+def test_setting_another_tenants_key_limits_is_401_and_changes_nothing(client):
+    theirs = create(client, tenant="tenant-B")
+    error = assert_error(
+        set_limits(client, {"id": theirs["id"], "rateLimit": 1}),
+        401,
+        "UNAUTHORIZED",
+        "keys.setLimits",
+    )
+    assert error["message"] == "API key belongs to another user"
+    assert listed(client, "tenant-B")[0]["rateLimit"] is None
+    assert_error(
+        set_limits(client, {"id": MISSING_ID, "rateLimit": 1}), 404, "NOT_FOUND", "keys.setLimits"
+    )
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"rateLimit": -1}, "rateLimit: must be between 0 and 100000, or null"),
+        ({"rateLimit": "5"}, "rateLimit: must be an integer"),
+        ({"concurrencyLimit": 1.5}, "concurrencyLimit: must be an integer"),
+        ({"concurrencyLimit": True}, "concurrencyLimit: must be an integer"),
+    ],
+)
+def test_bad_limits_are_400(client, body, message):
+    created = create(client)
+    error = assert_error(
+        set_limits(client, {"id": created["id"], **body}), 400, "BAD_REQUEST", "keys.setLimits"
+    )
+    assert message in error["message"]

@@ -342,6 +342,7 @@ def test_every_procedure_answers_what_the_document_says(app, client, doc):
     call("memory.delete", {"id": m["id"]}, key)
     call("memory.deleteAll", {"userId": "u"}, key)
     call("keys.list", None, token)
+    call("keys.setLimits", {"id": created["id"], "rateLimit": 5, "concurrencyLimit": None}, token)
     call("keys.revoke", {"id": created["id"]}, token)
     assert called == set(app.extensions["trpc"]), "call every procedure here"
 

@@ -49,6 +49,16 @@ export interface ApiKey {
    * format: date-time.
    */
   revokedAt: string | null;
+  /**
+   * Calls per minute this key may make (0: unlimited); null: the server's setting, which service.info reports.
+   * at least 0.
+   */
+  rateLimit: number | null;
+  /**
+   * Calls of this key executing at once (0: unlimited); null: the server's setting.
+   * at least 0.
+   */
+  concurrencyLimit: number | null;
 }
 
 export interface CreateKeyInput {
@@ -347,6 +357,15 @@ export interface ServiceInfo {
   };
 }
 
+export interface SetKeyLimitsInput {
+  /** format: uuid. */
+  id: string;
+  /** 0 to 100000. */
+  rateLimit?: number | null | undefined;
+  /** 0 to 10000. */
+  concurrencyLimit?: number | null | undefined;
+}
+
 export interface Success {
   success: true;
 }
@@ -410,6 +429,7 @@ const appRouter = t.router({
     create: t.procedure.input(is<CreateKeyInput>()).mutation(served<CreatedKey>()),
     list: t.procedure.query(served<ApiKey[]>()),
     revoke: t.procedure.input(is<IdInput>()).mutation(served<Success>()),
+    setLimits: t.procedure.input(is<SetKeyLimitsInput>()).mutation(served<ApiKey>()),
   }),
   memory: t.router({
     add: t.procedure.input(is<AddMemoryInput>()).mutation(served<Memory>()),

@@ -696,6 +696,22 @@ def keys_create() -> Response:
     return page("keys.html", keys=call("keys.list"), created=created, error=None)
 
 
+@bp.post("/keys/limits")
+@needs_token
+def keys_limits() -> Response:
+    # Empty: back to the server's setting; anything else goes to the API as
+    # typed (a whole number, or the API's own 400 saying what it must be).
+    given: dict[str, t.Any] = {"id": request.form.get("id", "")}
+    for field in ("rateLimit", "concurrencyLimit"):
+        text = request.form.get(field, "").strip()
+        given[field] = None if not text else int(text) if text.isdecimal() else text
+    try:
+        call("keys.setLimits", given)
+    except ApiError as e:
+        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+    return redirect(url_for("console.keys_page"))
+
+
 @bp.post("/keys/revoke")
 @needs_token
 def keys_revoke() -> Response:
