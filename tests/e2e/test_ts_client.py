@@ -128,6 +128,7 @@ def test_every_procedure_through_the_typed_client(server, examples, document, ba
     assert out["info"] == {"model": "local:all-MiniLM-L6-v2", "dimensions": 384, "limit": 10}
     assert out["deleted"] == {"success": True} and out["revoked"] == {"success": True}
     assert out["deletedAll"] == {"success": True, "deleted": 1}
+    assert out["limits"] == [30, None]
     assert out["key"] == {"name": "every procedure", "secretPrefix": "sk_memsvc_", "listed": True}
     assert out["notFound"] == {
         "code": "NOT_FOUND",

@@ -80,6 +80,7 @@ const deleted = await call("memory.delete", memsvc.memory.delete.mutate({ id: ot
 const notFound = await failure("memory.getById", memsvc.memory.getById.query({ id: other.id }));
 const badRequest = await failure("memory.search", memsvc.memory.search.query({ userId, query: "x", limit: 1000 }));
 const deletedAll = await call("memory.deleteAll", memsvc.memory.deleteAll.mutate({ userId }));
+const limited = await call("keys.setLimits", admin.keys.setLimits.mutate({ id: key.id, rateLimit: 30 }));
 const revoked = await call("keys.revoke", admin.keys.revoke.mutate({ id: key.id }));
 
 console.log(
@@ -100,6 +101,7 @@ console.log(
     notFound,
     badRequest,
     deletedAll,
+    limits: [limited.rateLimit, limited.concurrencyLimit],
     revoked,
   }),
 );
