@@ -49,6 +49,7 @@ import requests
 from bench.http_search import lua_script
 from bench.http_search import populate
 from bench.http_search import queries
+from bench.http_search import unlimited_key
 from bench.http_search import wrk
 from bench.report import recording
 from tests.support.servers import start_server
@@ -77,15 +78,7 @@ def main() -> None:
             (tmp / name).mkdir()
             server = start_server(tmp / name, **settings)
             stack.callback(server.stop)
-            key = server.create_key("bench", "bench")
-            key_id = next(
-                line.split()[0]
-                for line in server.cli("keys", "list").stdout.splitlines()
-                if " bench " in line
-            )
-            server.cli(
-                "keys", "set-limits", key_id, "--per-minute", "100000", "--concurrent", "1000"
-            )
+            key = unlimited_key(server)
             populate(server.env["MEMSVC_DATABASE"], args.memories)
             servers[name] = (server, key)
         paths = [
