@@ -50,7 +50,13 @@ def strict_json(text: str) -> t.Any:
     :raises ValueError: NaN, Infinity, or an integer with too many digits.
     :raises RecursionError: nested too deeply to parse.
     """
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    if text.startswith("\ufeff"):  # as json.loads says it
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    return _DECODER.decode(text)
+
+
+# One decoder for every input: json.loads with options builds a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def text(value: t.Any, max_chars: int, *, printable: bool = False) -> str:
