@@ -10,7 +10,6 @@ verified once per request.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -83,15 +82,13 @@ def _verify_api_key() -> Caller:
 
 
 @middleware(errors=[Unauthorized], credential=API_KEY)
-@contextlib.contextmanager
-def api_key(call: Call) -> t.Iterator[None]:
+def api_key(call: Call) -> None:
     """Middleware: the call must carry a valid, unrevoked ``x-api-key``.
 
     Checked for every call, a batch's too: a key revoked while a batch runs
     stops working for the calls after it (one indexed lookup each).
     """
     call.caller = _verify_api_key()
-    yield
 
 
 def limits_of(key: ApiKey, defaults: Limits) -> Limits:
@@ -102,9 +99,20 @@ def limits_of(key: ApiKey, defaults: Limits) -> Limits:
     )
 
 
-@middleware(errors=[TooManyRequests])
-@contextlib.contextmanager
-def limited(call: Call) -> t.Iterator[None]:
+def _release(call: Call, token: t.Any) -> None:
+    """After :func:`limited`: give the call's concurrency slot back."""
+    if token is None:
+        return
+    try:
+        runtime().limiter.release(call.caller.key.id, token)
+    except Exception as e:
+        if storage_problem(e) is None:
+            raise
+        log.warning("a limit slot was not released (it expires): %s", storage_problem(e))
+
+
+@middleware(errors=[TooManyRequests], after=_release)
+def limited(call: Call) -> t.Any:
     """Middleware, after the API key: the key's rate and concurrency limits.
 
     Every call counts, batched or not: as one here, and a call with a long
@@ -133,15 +141,7 @@ def limited(call: Call) -> t.Iterator[None]:
         log.warning("limits not counted: %s", problem)
         record_storage_problem(problem)
         token = None
-    try:
-        yield
-    finally:
-        try:
-            rt.limiter.release(key.id, token)
-        except Exception as e:
-            if storage_problem(e) is None:
-                raise
-            log.warning("a limit slot was not released (it expires): %s", storage_problem(e))
+    return token
 
 
 def pay_for_embedding(
@@ -194,8 +194,7 @@ def pay_for_embedding(
 
 
 @middleware()
-@contextlib.contextmanager
-def record_use(call: Call) -> t.Iterator[None]:
+def record_use(call: Call) -> None:
     """Middleware, after authentication and limits: keep the key's lastUsedAt current.
 
     Best effort: a database that takes no writes (read-only, full) still
@@ -216,7 +215,6 @@ def record_use(call: Call) -> t.Iterator[None]:
                 raise
             log.warning("lastUsedAt not recorded: %s", problem)
             record_storage_problem(problem)
-    yield
 
 
 def _verify_bearer() -> Caller:
@@ -234,16 +232,13 @@ def _verify_bearer() -> Caller:
 
 
 @middleware(errors=[Unauthorized], credential=BEARER)
-@contextlib.contextmanager
-def bearer_token(call: Call) -> t.Iterator[None]:
+def bearer_token(call: Call) -> None:
     """Middleware: the call must carry an identity-provider JWT naming the tenant."""
     call.caller = _once("memsvc_token_caller", _verify_bearer)
-    yield
 
 
 @middleware(errors=[TooManyRequests])
-@contextlib.contextmanager
-def tenant_limited(call: Call) -> t.Iterator[None]:
+def tenant_limited(call: Call) -> None:
     """Middleware, after the token: the keys router's own rate limit, per tenant.
 
     Keys are cheap to make and each brings its own limits: without this a
@@ -261,4 +256,3 @@ def tenant_limited(call: Call) -> t.Iterator[None]:
                 headers={"Retry-After": str(e.retry_after)},
                 reason="tenant_keys",
             ) from None
-    yield

@@ -117,29 +117,63 @@ class Credential:
 class Middleware:
     """A step every call of a router goes through before its handler.
 
-    It may refuse the call by raising one of its :attr:`errors`, and may hold
-    something (a concurrency slot) until the call is answered.
+    ``before(call)`` may refuse the call by raising one of its
+    :attr:`errors`, and may take something (a concurrency slot) that
+    ``after(call, taken)`` gives back once the call is answered, however it
+    ended. Plain functions, not context managers: they run on every call.
     """
 
-    run: t.Callable[[Call], t.ContextManager[None]]
+    before: t.Callable[[Call], t.Any]
     #: The errors it refuses calls with, beyond those every call can get.
     errors: tuple[Error, ...] = ()
     #: The credential it checks, if it authenticates the caller.
     credential: Credential | None = None
-
-    def __call__(self, call: Call) -> t.ContextManager[None]:
-        return self.run(call)
+    #: Called with what :attr:`before` returned, after the handler; None: nothing to give back.
+    after: t.Callable[[Call, t.Any], None] | None = None
 
 
 def middleware(
-    *, errors: t.Sequence[Error] = (), credential: Credential | None = None
-) -> t.Callable[[t.Callable[[Call], t.ContextManager[None]]], Middleware]:
+    *,
+    errors: t.Sequence[Error] = (),
+    credential: Credential | None = None,
+    after: t.Callable[[Call, t.Any], None] | None = None,
+) -> t.Callable[[t.Callable[[Call], t.Any]], Middleware]:
     """Declare a middleware: ``@middleware(errors=[Unauthorized], credential=API_KEY)``."""
 
-    def declare(run: t.Callable[[Call], t.ContextManager[None]]) -> Middleware:
-        return Middleware(run, tuple(errors), credential)
+    def declare(before: t.Callable[[Call], t.Any]) -> Middleware:
+        return Middleware(before, tuple(errors), credential, after)
 
     return declare
+
+
+_T = t.TypeVar("_T")
+
+
+def through(chain: t.Sequence[Middleware], call: Call, handle: t.Callable[[], _T]) -> _T:
+    """``handle()`` once ``call`` has passed every middleware of ``chain``, in order.
+
+    What a middleware took is given back, last taken first, however the
+    call ended; a refusal stops the chain there.
+    """
+    taken: list[tuple[t.Callable[[Call, t.Any], None], t.Any]] = []
+    try:
+        for step in chain:
+            held = step.before(call)
+            if step.after is not None:
+                taken.append((step.after, held))
+        return handle()
+    finally:
+        _give_back(taken, call)
+
+
+def _give_back(taken: list[tuple[t.Callable[[Call, t.Any], None], t.Any]], call: Call) -> None:
+    while taken:
+        give_back, held = taken.pop()
+        try:
+            give_back(call, held)
+        except BaseException:
+            _give_back(taken, call)  # the others are still given back
+            raise
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,6 @@ else is logged and answered as a bare 500, never with a trace.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -55,6 +54,7 @@ from .context import record_storage_problem
 from .procedures import MUTATION
 from .procedures import QUERY
 from .procedures import Procedure
+from .procedures import through
 from .schemas import error_text
 
 log = logging.getLogger(__name__)
@@ -243,26 +243,28 @@ def _execute(call: Call) -> t.Any:
             f'Unsupported {request.method}-request to {proc.type} procedure at path "{call.path}"',
             headers={"Allow": _METHOD[proc.type]},
         )
-    with contextlib.ExitStack() as stack:
-        for middleware in proc.middleware:
-            stack.enter_context(middleware(call))
-        params: dict[str, t.Any] = {}
-        if proc.input is not None:
-            raw = call.raw_input()
-            if raw is UNDEFINED and proc.input_optional:
-                raw = {}
-            if not isinstance(raw, dict):
-                message = f"Invalid input: expected object, received {_js_type(raw)}"
-                if raw is UNDEFINED and request.method == "GET" and not call.inputs.is_batch:
-                    # Flat (?userId=...) and deep-object (?input[userId]=...)
-                    # parameters, as OpenAPI generators send them, end here too.
-                    message += f"; {QUERY_INPUT_HINT}"
-                raise BadRequest(message)
-            try:
-                params = proc.input.load(raw)
-            except ValidationError as e:
-                raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
-        return proc.output.dump(proc.handler(call, params))
+    return through(proc.middleware, call, lambda: _handle(call, proc))
+
+
+def _handle(call: Call, proc: Procedure) -> t.Any:
+    """Past its middleware: the call's input read and validated, its handler's answer."""
+    params: dict[str, t.Any] = {}
+    if proc.input is not None:
+        raw = call.raw_input()
+        if raw is UNDEFINED and proc.input_optional:
+            raw = {}
+        if not isinstance(raw, dict):
+            message = f"Invalid input: expected object, received {_js_type(raw)}"
+            if raw is UNDEFINED and request.method == "GET" and not call.inputs.is_batch:
+                # Flat (?userId=...) and deep-object (?input[userId]=...)
+                # parameters, as OpenAPI generators send them, end here too.
+                message += f"; {QUERY_INPUT_HINT}"
+            raise BadRequest(message)
+        try:
+            params = proc.input.load(raw)
+        except ValidationError as e:
+            raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
+    return proc.output.dump(proc.handler(call, params))
 
 
 class _Inputs:

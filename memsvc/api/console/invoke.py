@@ -21,6 +21,7 @@ from marshmallow import ValidationError
 
 from ...errors import BadRequest
 from ..procedures import Procedure
+from ..procedures import through
 from ..schemas import error_text
 from ..trpc import Call
 
@@ -63,13 +64,15 @@ def invoke(
     proc: Procedure = current_app.extensions["trpc"][path]
     call = Call(path, 0, proc, t.cast(t.Any, _Given(input)))
     call.budget = current_app.config["MAX_RESPONSE_BYTES"]
-    with _presenting(api_key, token), contextlib.ExitStack() as stack:
-        for middleware in proc.middleware:
-            stack.enter_context(middleware(call))
+
+    def handle() -> t.Any:
         params: dict[str, t.Any] = {}
         if proc.input is not None:
             try:
                 params = proc.input.load(input)
             except ValidationError as e:
                 raise BadRequest("; ".join(error_text(e.messages))) from None
-        return proc.output.dump(proc.handler(call, params)), call
+        return proc.output.dump(proc.handler(call, params))
+
+    with _presenting(api_key, token):
+        return through(proc.middleware, call, handle), call
