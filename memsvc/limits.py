@@ -408,24 +408,32 @@ def _free_slot(slots: np.ndarray, now: int, limit: int) -> int | None:
         # Plain Python beats numpy's per-call overhead on a few rows.
         rows = slots.tolist()
         held = [pid != 0 and now < expiry for pid, _, expiry in rows]
-    else:
-        rows = None
-        held = ((slots[:, 0] != 0) & (slots[:, 2] > now)).tolist()
-    count = sum(held)
+        count = sum(held)
+        if count >= limit:
+            # Before refusing, drop the slots of processes that no longer exist.
+            for i, is_held in enumerate(held):
+                pid, _, expiry = rows[i]
+                if is_held and not _alive(pid, expiry, now):
+                    slots[i] = 0
+                    held[i] = False
+                    count -= 1
+            if count >= limit:
+                return None
+        return held.index(False) if False in held else None
+    # Many rows (a high concurrency limit): no Python loop over them all.
+    mask = (slots[:, 0] != 0) & (slots[:, 2] > now)
+    count = int(np.count_nonzero(mask))
     if count >= limit:
-        # Before refusing, drop the slots of processes that no longer exist.
-        for i, is_held in enumerate(held):
-            pid, _, expiry = rows[i] if rows is not None else slots[i].tolist()
-            if is_held and not _alive(pid, expiry, now):
+        for i in np.flatnonzero(mask).tolist():
+            pid, _, expiry = slots[i].tolist()
+            if not _alive(pid, expiry, now):
                 slots[i] = 0
-                held[i] = False
+                mask[i] = False
                 count -= 1
         if count >= limit:
             return None
-    for i, is_held in enumerate(held):
-        if not is_held:
-            return i
-    return None
+    free = int(np.argmin(mask))
+    return None if mask[free] else free
 
 
 def _alive(pid: int, expiry: int, now: int) -> bool:
