@@ -310,6 +310,10 @@ def search(
     Only the answer's memories are read, once.
     """
     if mode == "semantic":
+        found = _from_cache(store, cache, tenant, user_id, query, k, threshold, scope)
+        if found is not None:
+            metrics.searched(mode, True)
+            return found
         with store.read():
             hits, snap = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
             metrics.searched(mode, snap is not None)

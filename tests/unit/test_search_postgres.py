@@ -18,7 +18,6 @@ from memsvc import search as search_module
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
-from memsvc.search import nearest
 from memsvc.search.filters import parse as parse_filter
 from memsvc.store.postgres import PgStore
 from memsvc.store.postgres.connection import register_vector
@@ -61,7 +60,9 @@ def add(store, vectors, user="u", metadata=None):
 
 
 def search(store, cache, query, k=5, scope=None):
-    found = nearest(store, cache, "t", "u", query, k, 0.0, scope or Scope(clock.now_ms()))
+    """A semantic search as memory.search makes it."""
+    scope = scope or Scope(clock.now_ms())
+    found = search_module.search(store, cache, "t", "u", query, "", k, 0.0, scope, "semantic")
     return [r.memory.id for r in found]
 
 
