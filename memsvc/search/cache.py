@@ -149,7 +149,10 @@ class Snapshot:
         # are cosines whatever was stored.
         inverse = np.float32(1 / math.sqrt(q @ q))
         if self.file is None:
-            return (self.matrix[: self.n] @ q) * self.scale[: self.n] * inverse
+            out = self.matrix[: self.n] @ q
+            out *= self.scale[: self.n]
+            out *= inverse
+            return out
         nb, n = self.nb, self.n
         out = np.empty(n, dtype=np.float32)
         np.matmul(self.file.matrix, q, out=out[:nb])
@@ -223,6 +226,8 @@ class Snapshot:
 
     def rows_of(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of these entries, and for each row its position in ``entries``."""
+        if self.single:
+            return entries, np.arange(len(entries))
         counts = self.windows[entries]
         owner = np.repeat(np.arange(len(entries)), counts)
         starts = np.repeat(self.row_start[entries], counts)

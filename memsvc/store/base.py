@@ -45,7 +45,8 @@ def memory_of(row: t.Sequence[t.Any]) -> Memory:
         tenant=row[1],
         user_id=row[2],
         content=row[3],
-        metadata=json.loads(row[4]),
+        # Most memories carry no metadata: no parse for those.
+        metadata={} if row[4] == "{}" else json.loads(row[4]),
         created_at=row[5],
         updated_at=row[6],
         expires_at=row[7],
