@@ -55,15 +55,24 @@ def write(
     if json_lines:
         _emit("access", (), fields)
         return
-    _emit(
-        '%s "%s %s %s" %s %s %.1fms procedures=%s error=%s key=%s tenant=%s',
-        (
-            fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
-            status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
-            _quoted(fields["tenant"]),
-        ),
-        fields,
+    args = (
+        fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
+        status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
+        _quoted(fields["tenant"]),
     )  # fmt: skip
+    if not write_straight(log, "access_log", _TEXT % args, record.id):
+        _emit(_TEXT, args, fields)
+
+
+def _never(logger: logging.Logger, module: str, message: str, rid: str | None) -> bool:
+    return False
+
+
+#: Writes a text line without a log record when nothing else would see it;
+#: False: log it the usual way. Set by :func:`.logs.configure`.
+write_straight: t.Callable[[logging.Logger, str, str, str | None], bool] = _never
+
+_TEXT = '%s "%s %s %s" %s %s %.1fms procedures=%s error=%s key=%s tenant=%s'
 
 
 def _emit(message: str, args: tuple[t.Any, ...], fields: dict[str, t.Any]) -> None:

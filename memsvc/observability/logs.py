@@ -50,6 +50,16 @@ class TextFormatter(logging.Formatter):
         rid = getattr(record, "request_id", None)
         return f"{line} request_id={rid}" if rid else line
 
+    def info_line(self, module: str, message: str, rid: str | None) -> str:
+        """What :meth:`format` makes of an INFO record of ``module`` written now."""
+        now = time.time()
+        second = int(now)
+        if self._second[0] != second:
+            self._second = (second, time.strftime("%Y-%m-%d %H:%M:%S", self.converter(second)))
+        msecs = int((now - second) * 1000)
+        line = f"[{self._second[1]},{msecs:03d}] INFO in {module}: {message}"
+        return f"{line} request_id={rid}" if rid else line
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -73,7 +83,63 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-_handler: logging.Handler | None = None
+_handler: logging.StreamHandler[t.Any] | None = None
+
+
+def write_info(logger: logging.Logger, module: str, message: str, rid: str | None) -> bool:
+    """Write an INFO line of ``logger`` as text straight to memsvc's handler; False if it may not.
+
+    For the access line, one per request: the same line logging would
+    write, without a record, filters and formatter calls, when memsvc's
+    text handler is the only place it would go. Any other configuration
+    (handlers or filters added, JSON lines, logging disabled) returns False,
+    and the caller logs the usual way.
+    """
+    handler = _handler
+    if (
+        handler is None
+        or logger.filters
+        or logger.disabled
+        or logging.root.manager.disable >= logging.INFO
+        or handler.level > logging.INFO
+        or len(handler.filters) != 1
+        or type(handler.filters[0]) is not RequestIdFilter
+        or type(handler.formatter) is not TextFormatter
+    ):
+        return False
+    # Where logging would take the record: every handler up the tree.
+    node: logging.Logger | None = logger
+    found = 0
+    while node is not None:
+        for other in node.handlers:
+            if other is not handler:
+                return False
+            found += 1
+        if not node.propagate:
+            break
+        node = node.parent
+    if found != 1:
+        return False
+    formatter = handler.formatter
+    line = formatter.info_line(module, message, rid) + handler.terminator
+    with handler.lock or _NO_LOCK:
+        try:
+            handler.stream.write(line)
+            handler.flush()
+        except Exception:
+            return False
+    return True
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_LOCK = _NoLock()
 
 
 def configure(log_format: str) -> logging.Handler:
@@ -86,6 +152,7 @@ def configure(log_format: str) -> logging.Handler:
     _handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     if _handler not in logger.handlers:
         logger.addHandler(_handler)
+    access_log.write_straight = write_info
     for name in (access_log.__name__, audit.__name__):
         logging.getLogger(name).setLevel(logging.INFO)
     return _handler

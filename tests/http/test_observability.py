@@ -272,3 +272,46 @@ def test_the_sampled_gauges_count_the_database(make_app, new_key, store_kind):
     assert got[("memsvc_search_cache_bytes", ())] > 0
     if store_kind == "postgres":
         assert got[("memsvc_postgres_pool_connections", ())] >= 1
+
+
+def test_the_access_line_written_straight_is_the_line_logging_writes(client, auth, monkeypatch):
+    """memsvc writes its access line without a log record when its handler is the only
+    one; any other handler, filter or format gets the record, as logging makes it."""
+    import io
+    import re
+
+    written = []
+    write_info = logs.write_info
+    monkeypatch.setattr(
+        logs, "write_info", lambda *args: written.append(write_info(*args)) or written[-1]
+    )
+    # pytest's own capture hangs on the root logger: not while this test runs.
+    monkeypatch.setattr(logging.root, "handlers", [])
+    handler = logs.configure("text")
+    stream = io.StringIO()
+    old = handler.setStream(stream)
+    logger = logging.getLogger("memsvc.observability.access_log")
+    try:
+        headers = {**auth, "X-Request-Id": "same-1"}
+        query(client, "memory.getAll", {"userId": "u"}, headers=headers)
+        straight = stream.getvalue()
+        logger.addFilter(lambda record: True)  # logging's own way from here
+        stream.seek(0)
+        stream.truncate()
+        query(client, "memory.getAll", {"userId": "u"}, headers=headers)
+        logged = stream.getvalue()
+    finally:
+        logger.filters.clear()
+        handler.setStream(old)
+
+    def shape(text: str) -> list[str]:
+        lines = [line for line in text.splitlines() if "in access_log:" in line]
+        # The clock and the duration differ from one request to the next.
+        return [re.sub(r"^\[[-\d :,]+\]| [\d.]+ms ", "#", line) for line in lines]
+
+    assert written == [True, False]
+    assert len(shape(straight)) == 1 and shape(straight) == shape(logged)
+    assert re.fullmatch(
+        r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] INFO in access_log: .*", straight.strip()
+    )
+    assert straight.strip().endswith("request_id=same-1")
