@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
+import typing as t
 import urllib.parse
 import uuid
 
@@ -142,29 +144,62 @@ def populate(db_path: str, n: int) -> None:
     store.conn.close()
 
 
+class _Stages:
+    """Time spent in named functions during one request, each wrapped in place."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self.undo: list[t.Callable[[], None]] = []
+
+    def wrap(self, stage: str, owner: t.Any, name: str) -> None:
+        original = getattr(owner, name)
+        spent = self.spent
+
+        def timed(*args: t.Any, **kwargs: t.Any) -> t.Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[stage] = spent.get(stage, 0.0) + time.perf_counter() - started
+
+        # A frozen dataclass's instance (a middleware) refuses setattr.
+        put = setattr if isinstance(owner, (type, types.ModuleType)) else object.__setattr__
+        put(owner, name, timed)
+        self.undo.append(lambda: put(owner, name, original))
+
+    def restore(self) -> None:
+        while self.undo:
+            self.undo.pop()()
+
+
 def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
-    """Median time of each stage of one cached-query search, in-process."""
+    """Median time of each stage of one cached-query search, in-process, inside whole requests.
+
+    Each stage's functions are wrapped with a timer and the requests run
+    as gunicorn would hand them over; a stage's time is what it took
+    within the request, not on its own in a tight loop (where its data
+    stays in the CPU's caches and it looks cheaper than it is).
+    """
     import statistics
 
+    from marshmallow import Schema
     from werkzeug.test import EnvironBuilder
 
     from bench.bare_app import app as bare_app
-    from memsvc import clock
     from memsvc import create_app
-    from memsvc.api import outputs
-    from memsvc.api import schemas
-    from memsvc.api.context import store
-    from memsvc.api.trpc import _dump
-    from memsvc.api.trpc import parse_json
-    from memsvc.limits import Limits
-    from memsvc.search import Scope
-    from memsvc.search import nearest
-    from memsvc.services import keys as key_service
+    from memsvc.api import middleware
+    from memsvc.api import procedures
+    from memsvc.api import trpc
+    from memsvc.limits import Limiter
+    from memsvc.observability import access_log
+    from memsvc.observability import logs
+    from memsvc.services import memories as memory_service
 
     app = create_app({"DATABASE": db_path, "LIMITS_DIR": os.path.join(tmp, "limits-inproc")})
-    rt = app.extensions["memsvc"]
-    qs = queries(200)
-    inputs = [json.dumps({"userId": "u", "query": q, "threshold": 0}) for q in qs]
+    # Log lines to a file, as gunicorn's error log is, not to this terminal.
+    log_file = open(os.path.join(tmp, "inproc.log"), "a")  # noqa: SIM115 (open for the run)
+    logs.configure(app.config["LOG_FORMAT"]).setStream(log_file)
+    inputs = [json.dumps({"userId": "u", "query": q, "threshold": 0}) for q in queries(200)]
     # Each request as gunicorn hands it over: a WSGI environ, no test client.
     environs = [
         EnvironBuilder(
@@ -175,7 +210,7 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
         for i in inputs
     ]
 
-    def call(wsgi_app, environ) -> bytes:
+    def call(wsgi_app: t.Any, environ: dict[str, t.Any]) -> bytes:
         statuses = []
 
         def start_response(status, headers, exc_info=None):
@@ -185,57 +220,55 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
         assert statuses[0].startswith("200"), body
         return body
 
-    def median(fn, reps=400):
-        for i in range(len(qs)):
-            fn(i)  # warm: every query embedded and cached
-        times = []
+    def timings(wsgi_app: t.Any, stages: _Stages | None, reps: int = 600) -> list[float]:
+        for environ in environs:
+            call(wsgi_app, environ)  # warm: every query embedded and cached
+        wholes = []
         for i in range(reps):
+            if stages is not None:
+                stages.spent.clear()
             started = time.perf_counter()
-            fn(i)
-            times.append(time.perf_counter() - started)
-        return statistics.median(times) * 1000
+            call(wsgi_app, environs[i % len(environs)])
+            wholes.append(time.perf_counter() - started)
+            if stages is not None:
+                for name, seconds in stages.spent.items():
+                    per_stage.setdefault(name, []).append(seconds)
+        return wholes
 
-    total = median(lambda i: call(app, environs[i % len(environs)]))
-    bare = median(lambda i: call(bare_app, environs[i % len(environs)]))
-    embedder = rt.query_embedder("bench")
-    embed = median(lambda i: embedder.embed([qs[i % len(qs)]]))
-    vectors = [embedder.embed([q])[0] for q in qs]
-    schema = schemas.SearchInput()
-    with app.app_context():
-        parse = median(lambda i: schema.load(parse_json(inputs[i % len(inputs)])))
-        s = store()
-
-        def search(i):
-            scope = Scope(clock.now_ms())
-            vector = vectors[i % len(vectors)]
-            return nearest(s, rt.search_cache, "bench", "u", vector, 10, 0, scope)
-
-        found = [search(i) for i in range(len(vectors))]
-        cache = median(search)
-        auth = median(lambda i: key_service.verify(s, key))
-        verified = key_service.verify(s, key)
-        used = median(lambda i: key_service.record_use(s, verified, clock.now_ms(), 60_000))
-        serialise = median(
-            lambda i: _dump(outputs.search_results(outputs.SearchAnswer(found[i % len(found)])))
-        )
-    limits = median(
-        lambda i: rt.limiter.release("k", rt.limiter.acquire("k", Limits(100_000, 1000)))
-    )
-    stages = [
-        ("API key check", auth),
-        ("limits (acquire + release)", limits),
-        ("lastUsedAt (within its resolution)", used),
-        ("input: JSON and validation", parse),
-        ("query embedding (cached)", embed),
-        ("search: transaction, scan, rank, rows", cache),
-        ("answer: shaping and JSON", serialise),
+    per_stage: dict[str, list[float]] = {}
+    total = statistics.median(timings(app, None)) * 1000
+    bare = statistics.median(timings(bare_app, None)) * 1000
+    stages = _Stages()
+    names = [
+        ("API key check", middleware, "_verify_api_key"),
+        ("limits (acquire + release)", Limiter, "acquire"),
+        ("limits (acquire + release)", Limiter, "release"),
+        ("lastUsedAt (within its resolution)", middleware.record_use, "before"),
+        ("input: JSON and validation", trpc._Inputs, "get"),
+        ("input: JSON and validation", Schema, "load"),
+        ("query embedding (cached)", memory_service, "query_vector"),
+        ("search: scan, rank, rows", memory_service, "search_memories"),
+        ("answer: shaping and JSON", procedures.Output, "dump"),
+        ("answer: shaping and JSON", trpc, "_dump"),
+        ("answer: shaping and JSON", trpc, "_text_response"),
+        ("access line", access_log, "write"),
     ]
-    rest = total - bare - sum(ms for _, ms in stages)
+    for stage, owner, name in names:
+        stages.wrap(stage, owner, name)
+    try:
+        timings(app, stages)
+    finally:
+        stages.restore()
+    found = [
+        (stage, statistics.median(per_stage.get(stage, [0.0])) * 1000)
+        for stage in dict.fromkeys(stage for stage, _, _ in names)
+    ]
+    rest = total - bare - sum(ms for _, ms in found)
     return [
         ("whole request (WSGI call)", total),
         ("the bare app's whole request", bare),
-        *stages,
-        ("the rest: wire, middleware, Flask beyond bare", rest),
+        *found,
+        ("the rest: Flask beyond bare, tRPC glue", rest),
     ]
 
 
