@@ -1,7 +1,7 @@
 """memory.search over HTTP under gunicorn: the old and new local forward, and a bare endpoint.
 
-Every server runs with the checked-in gunicorn settings (2 workers x 4
-threads here). memsvc serves a user holding 1,000 memories with the bundled
+Every server runs with the checked-in gunicorn settings (2 workers here,
+each with the default MEMSVC_THREADS). memsvc serves a user holding 1,000 memories with the bundled
 local model, three times: its float32 numpy forward (the old one,
 MEMSVC_LOCAL_BACKEND=numpy), its int8 ONNX Runtime forward (the new one),
 both with the query cache off so that every search embeds its query, and
@@ -342,9 +342,16 @@ def main() -> None:
             results[("bare getById", c)] = wrk(bare.url, get_lua, c, args.seconds)
         stages = breakdown(cached.env["MEMSVC_DATABASE"], cached_key, str(tmp))
 
+    from memsvc.settings import SETTINGS
+
+    workers = cached.env["WEB_CONCURRENCY"]
+    threads = cached.env.get(
+        "MEMSVC_THREADS", next(str(s.default) for s in SETTINGS if s.name == "THREADS")
+    )
     print(
         f"memory.search, user with {args.memories} memories, bundled model; gunicorn "
-        f"2 workers x 4 threads; wrk {args.seconds:g}s per level, 500 distinct queries"
+        f"{workers} workers x {threads} threads; wrk {args.seconds:g}s per level, "
+        "500 distinct queries"
     )
     print(
         f"{'server':<26}{'connections':>12}{'req/s':>9}{'p50 ms':>9}{'x old':>8}"
