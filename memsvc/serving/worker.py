@@ -48,6 +48,7 @@ from gunicorn.http.wsgi import default_environ
 from gunicorn.workers.gthread import ThreadWorker
 
 from ..errors import HTTP_STATUS
+from .pool import LastIdleFirstPool
 
 # By class name, so a gunicorn release lacking one of them still loads.
 _MESSAGES = {
@@ -181,6 +182,10 @@ class JSONErrorThreadWorker(ThreadWorker):
     max_line = 1024 * 1024
     max_body = 1024 * 1024
     _limits_read = False
+
+    def get_thread_pool(self) -> LastIdleFirstPool:
+        """Requests go to the thread idle the shortest time (see :mod:`.pool`)."""
+        return LastIdleFirstPool(self.cfg.threads)
 
     def _limits(self) -> None:
         """Take the limits from the app's settings, once, in the worker."""
