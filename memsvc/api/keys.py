@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import typing as t
 
-from flask import current_app
-
 from ..errors import Forbidden
 from ..errors import NotFound
 from ..observability import audit
@@ -13,8 +11,6 @@ from ..services import keys
 from . import middleware
 from . import outputs
 from . import schemas
-from .context import runtime
-from .context import store
 from .procedures import Router
 from .trpc import Call
 
@@ -30,16 +26,16 @@ router = Router(
 # whatever input a call carries is ignored.
 @router.query("list", output=outputs.KEYS)
 def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return keys.list_for(store(), call.caller.tenant)
+    return keys.list_for(call.store(), call.caller.tenant)
 
 
 @router.mutation(
     "create", input=schemas.CreateKeyInput(), output=outputs.CREATED_KEY, errors=[Forbidden]
 )
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
-    config = current_app.config
+    config = call.config
     created = keys.create(
-        store(),
+        call.store(),
         call.caller.tenant,
         params["name"],
         config["API_KEY_WORD"],
@@ -51,7 +47,7 @@ def create(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.mutation("revoke", input=schemas.IdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
-    keys.revoke(store(), call.caller.tenant, params["id"])
+    keys.revoke(call.store(), call.caller.tenant, params["id"])
     audit.record("keys.revoke", "token", call.caller.tenant, key_id=params["id"])
     return {"success": True}
 
@@ -69,7 +65,7 @@ def set_limits(call: Call, params: dict[str, t.Any]) -> t.Any:
         if field in params
     }
     key = keys.tighten_limits(
-        store(), call.caller.tenant, params["id"], runtime().default_limits, **given
+        call.store(), call.caller.tenant, params["id"], call.runtime.default_limits, **given
     )
     audit.record(
         "keys.setLimits",

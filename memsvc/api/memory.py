@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import typing as t
 
-from flask import current_app
-
 from ..errors import NotFound
 from ..observability import audit
 from ..services import memories
 from . import middleware
 from . import outputs
 from . import schemas
-from .context import embedder
-from .context import runtime
-from .context import store
 from .procedures import Router
 from .trpc import Call
 
@@ -28,10 +23,10 @@ router = Router(
 
 @router.mutation("add", input=schemas.AddMemoryInput(), output=outputs.MEMORY)
 def add(call: Call, params: dict[str, t.Any]) -> t.Any:
-    middleware.pay_for_embedding(call, "content", params["content"], embedder())
+    middleware.pay_for_embedding(call, "content", params["content"], call.runtime.embedder)
     return memories.add(
-        store(),
-        embedder(),
+        call.store(),
+        call.runtime.embedder,
         call.caller.tenant,
         params["userId"],
         params["content"],
@@ -43,19 +38,19 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.query("search", input=schemas.SearchInput(), output=outputs.SEARCH_RESULTS)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
-    query_embedder = runtime().query_embedder(call.caller.tenant)
+    query_embedder = call.runtime.query_embedder(call.caller.tenant)
     middleware.pay_for_embedding(call, "query", params["query"], query_embedder, query=True)
     found = memories.search(
-        store(),
+        call.store(),
         query_embedder,
         call.caller.tenant,
         params["userId"],
         params["query"],
         params["limit"],
         memories.threshold_for(
-            params["mode"], params["threshold"], current_app.config["SEARCH_DEFAULT_THRESHOLD"]
+            params["mode"], params["threshold"], call.config["SEARCH_DEFAULT_THRESHOLD"]
         ),
-        runtime().search_cache,
+        call.runtime.search_cache,
         filter=params["filter"],
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
@@ -67,7 +62,7 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
 @router.query("getAll", input=schemas.GetAllInput(), output=outputs.MEMORIES)
 def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get_all(
-        store(),
+        call.store(),
         call.caller.tenant,
         params["userId"],
         params["limit"],
@@ -82,7 +77,7 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
 @router.query("users", input=schemas.UsersInput(), output=outputs.END_USERS)
 def users(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.users(
-        store(),
+        call.store(),
         call.caller.tenant,
         params["limit"],
         cursor=params["cursor"],
@@ -92,16 +87,16 @@ def users(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.query("getById", input=schemas.MemoryIdInput(), output=outputs.MEMORY, errors=[NotFound])
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
-    return memories.get(store(), call.caller.tenant, params["id"], user_id=params["userId"])
+    return memories.get(call.store(), call.caller.tenant, params["id"], user_id=params["userId"])
 
 
 @router.mutation("update", input=schemas.UpdateInput(), output=outputs.MEMORY, errors=[NotFound])
 def update(call: Call, params: dict[str, t.Any]) -> t.Any:
     if "content" in params:
-        middleware.pay_for_embedding(call, "content", params["content"], embedder())
+        middleware.pay_for_embedding(call, "content", params["content"], call.runtime.embedder)
     return memories.update(
-        store(),
-        embedder(),
+        call.store(),
+        call.runtime.embedder,
         call.caller.tenant,
         params["id"],
         user_id=params["userId"],
@@ -114,20 +109,24 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
 @router.query("history", input=schemas.MemoryIdInput(), output=outputs.VERSIONS, errors=[NotFound])
 def history(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.history(
-        store(), call.caller.tenant, params["id"], user_id=params["userId"], max_bytes=call.budget
+        call.store(),
+        call.caller.tenant,
+        params["id"],
+        user_id=params["userId"],
+        max_bytes=call.budget,
     )
 
 
 @router.mutation("delete", input=schemas.MemoryIdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
-    memories.delete(store(), call.caller.tenant, params["id"], user_id=params["userId"])
+    memories.delete(call.store(), call.caller.tenant, params["id"], user_id=params["userId"])
     return {"success": True}
 
 
 @router.mutation("deleteAll", input=schemas.UserInput(), output=outputs.DELETED)
 def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     deleted = memories.delete_all(
-        store(), call.caller.tenant, params["userId"], runtime().search_cache
+        call.store(), call.caller.tenant, params["userId"], call.runtime.search_cache
     )
     audit.record(
         "memory.deleteAll", f"key:{call.caller.key.id}", call.caller.tenant, deleted=deleted

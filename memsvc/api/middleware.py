@@ -15,10 +15,6 @@ import hashlib
 import logging
 import typing as t
 
-from flask import current_app
-from flask import g
-from flask import request
-
 from .. import clock
 from ..embeddings import Embedder
 from ..embeddings.windows import needed
@@ -32,8 +28,6 @@ from ..models import ApiKey
 from ..services import keys
 from ..store import storage_problem
 from .context import record_storage_problem
-from .context import runtime
-from .context import store
 from .procedures import Credential
 from .procedures import middleware
 from .trpc import Call
@@ -59,25 +53,26 @@ class Caller:
     counted: Limits | None = None
 
 
-def _once(name: str, verify: t.Callable[[], Caller]) -> Caller:
+def _once(call: Call, name: str, verify: t.Callable[[Call], Caller]) -> Caller:
     """Run ``verify`` once per request; later calls get its result or its error."""
-    cached = g.get(name)
+    verified = call.exchange.verified
+    cached = verified.get(name)
     if cached is None:
         try:
-            cached = verify()
+            cached = verify(call)
         except ApiError as e:
             cached = e
-        setattr(g, name, cached)
+        verified[name] = cached
     if isinstance(cached, ApiError):
         raise cached
     return cached
 
 
-def _verify_api_key() -> Caller:
-    secret = request.headers.get("x-api-key")
+def _verify_api_key(call: Call) -> Caller:
+    secret = call.exchange.header("HTTP_X_API_KEY")
     if not secret:
         raise Unauthorized("Missing API key: send it in the x-api-key header")
-    key = keys.verify(store(), secret)
+    key = keys.verify(call.store(), secret)
     return Caller(tenant=key.tenant, key=key)
 
 
@@ -88,7 +83,7 @@ def api_key(call: Call) -> None:
     Checked for every call, a batch's too: a key revoked while a batch runs
     stops working for the calls after it (one indexed lookup each).
     """
-    call.caller = _verify_api_key()
+    call.caller = _verify_api_key(call)
 
 
 def limits_of(key: ApiKey, defaults: Limits) -> Limits:
@@ -104,7 +99,7 @@ def _release(call: Call, token: t.Any) -> None:
     if token is None:
         return
     try:
-        runtime().limiter.release(call.caller.key.id, token)
+        call.runtime.limiter.release(call.caller.key.id, token)
     except Exception as e:
         if storage_problem(e) is None:
             raise
@@ -120,7 +115,7 @@ def limited(call: Call) -> t.Any:
     A refused call is answered at once with 429 and a Retry-After, and uses
     up nothing.
     """
-    rt = runtime()
+    rt = call.runtime
     caller = call.caller
     key = caller.key
     limits = limits_of(key, rt.default_limits)
@@ -156,7 +151,7 @@ def pay_for_embedding(
     it was counted as one when :func:`limited` admitted it, and the rest is
     charged here. Counting the windows tokenizes; nothing is embedded.
     """
-    config = current_app.config
+    config = call.config
     windows = needed(embedder, text, query=query)
     advice = "search with a shorter query" if query else "store it as several shorter memories"
     budget = config["MAX_EMBEDDING_WINDOWS"]
@@ -178,7 +173,7 @@ def pay_for_embedding(
             f"minute this API key may make; {advice}"
         )
     try:
-        runtime().limiter.charge(key.id, limits, units - 1)
+        call.runtime.limiter.charge(key.id, limits, units - 1)
     except Refused as e:
         raise TooManyRequests(
             f"{e.message}; this call's {cost}",
@@ -202,13 +197,14 @@ def record_use(call: Call) -> None:
     """
     key = call.caller.key
     now = clock.now_ms()
-    resolution_ms = current_app.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
+    ex = call.exchange
+    resolution_ms = ex.config["LAST_USED_RESOLUTION_SECONDS"] * 1000
     # Most calls come within the resolution of the key's last use: nothing
     # to write, and nothing to look up.
-    if keys.needs_use_recorded(key, now, resolution_ms) and not g.get("memsvc_key_used"):
-        g.memsvc_key_used = True
+    if keys.needs_use_recorded(key, now, resolution_ms) and not ex.key_used:
+        ex.key_used = True
         try:
-            keys.record_use(store(), key, now, resolution_ms)
+            keys.record_use(call.store(), key, now, resolution_ms)
         except Exception as e:
             problem = storage_problem(e)
             if problem is None:
@@ -217,12 +213,12 @@ def record_use(call: Call) -> None:
             record_storage_problem(problem)
 
 
-def _verify_bearer() -> Caller:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+def _verify_bearer(call: Call) -> Caller:
+    scheme, _, token = (call.exchange.header("HTTP_AUTHORIZATION") or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("Missing bearer token")
-    verifier = runtime().tokens
+    verifier = call.runtime.tokens
     if verifier is None:
         raise Unauthorized(
             "Token authentication is not configured on this server "
@@ -234,7 +230,7 @@ def _verify_bearer() -> Caller:
 @middleware(errors=[Unauthorized], credential=BEARER)
 def bearer_token(call: Call) -> None:
     """Middleware: the call must carry an identity-provider JWT naming the tenant."""
-    call.caller = _once("memsvc_token_caller", _verify_bearer)
+    call.caller = _once(call, "token", _verify_bearer)
 
 
 @middleware(errors=[TooManyRequests])
@@ -244,8 +240,8 @@ def tenant_limited(call: Call) -> None:
     Keys are cheap to make and each brings its own limits: without this a
     tenant could mint keys by the hundred and multiply its limits.
     """
-    rt = runtime()
-    per_minute = current_app.config["KEYS_RATE_LIMIT_PER_MINUTE"]
+    rt = call.runtime
+    per_minute = call.config["KEYS_RATE_LIMIT_PER_MINUTE"]
     if per_minute:
         tenant_key = "tenant-" + hashlib.sha256(call.caller.tenant.encode("utf-8")).hexdigest()[:32]
         try:

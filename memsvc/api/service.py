@@ -9,7 +9,6 @@ from ..services import info
 from . import middleware
 from . import outputs
 from . import schemas
-from .context import runtime
 from .procedures import Router
 from .trpc import Call
 
@@ -23,6 +22,6 @@ router = Router(
 
 @router.query("info", input=schemas.NoInput(), output=outputs.SERVICE_INFO)
 def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
-    rt = runtime()
+    rt = call.runtime
     limits = middleware.limits_of(call.caller.key, rt.default_limits)
     return info.describe(__version__, rt.embedder, rt.settings, limits)

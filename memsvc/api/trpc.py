@@ -28,7 +28,6 @@ from urllib.parse import unquote_to_bytes
 
 from flask import Blueprint
 from flask import Response
-from flask import current_app
 from flask import request
 from flask.blueprints import BlueprintSetupState
 from marshmallow import ValidationError
@@ -49,13 +48,19 @@ from ..observability.requests import call_done
 from ..observability.requests import request_failed
 from ..rules import strict_json
 from ..store import storage_problem
+from .context import Exchange
 from .context import clear_storage_problem
+from .context import exchange
 from .context import record_storage_problem
 from .procedures import MUTATION
 from .procedures import QUERY
 from .procedures import Procedure
 from .procedures import through
 from .schemas import error_text
+
+if t.TYPE_CHECKING:
+    from ..runtime import Runtime
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +88,8 @@ class Call:
     index: int
     procedure: Procedure | None
     inputs: _Inputs
+    #: The request it came in: app, settings, runtime, store.
+    exchange: Exchange
     #: Set by the authenticating middleware.
     caller: t.Any = None
     #: Bytes of answer this call may still produce (see _Budget).
@@ -90,6 +97,19 @@ class Call:
 
     def raw_input(self) -> t.Any:
         return self.inputs.get(self.index)
+
+    def store(self) -> Store:
+        """The request's store."""
+        return self.exchange.store()
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.exchange.runtime
+
+    @property
+    def config(self) -> t.Mapping[str, t.Any]:
+        """The app's settings."""
+        return self.exchange.config
 
 
 class ProcedurePath(PathConverter):
@@ -121,19 +141,21 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 @bp.route("/trpc", defaults={"path": ""}, methods=_METHODS, strict_slashes=False)
 @bp.route("/trpc/<procedures:path>", methods=_METHODS)
 def endpoint(path: str) -> Response:
-    if request.method == "HEAD":
+    ex = exchange()
+    if ex.method == "HEAD":
         return Response(status=204)
-    is_batch = _query_value(b"batch") == b"1"
+    query = _query_values(ex.environ.get("QUERY_STRING", ""))
+    is_batch = query.get(b"batch") == b"1"
     try:
-        calls = _calls(path, is_batch)
+        calls = _calls(ex, path, is_batch, query.get(b"input"))
     except ApiError as e:
         # A request that is wrong as a whole has one answer, with no path.
         request_failed(e.code)
         return json_response(error_body(e, None), e.status, e.headers)
-    budget = _Budget(current_app.config["MAX_RESPONSE_BYTES"])
-    results = [_run(call, budget) for call in calls]
+    budget = _Budget(ex.config["MAX_RESPONSE_BYTES"])
     if not is_batch:
-        return _text_response(*results[0])
+        return _text_response(*_run(calls[0], budget))
+    results = [_run(call, budget) for call in calls]
     count_batch(len(calls))
     statuses = {status for _, status, _ in results}
     headers: dict[str, str] = {}
@@ -176,27 +198,28 @@ class _Budget:
         )
 
 
-def _calls(path: str, is_batch: bool) -> list[Call]:
-    if request.method != "GET":
-        content_type = request.headers.get("Content-Type")
+def _calls(ex: Exchange, path: str, is_batch: bool, raw_input: bytes | None) -> list[Call]:
+    if ex.method != "GET":
+        content_type = ex.environ.get("CONTENT_TYPE")
         if content_type is None:
             raise UnsupportedMediaType("Missing content-type header")
         # The media type alone, parameters (charset) aside, as tRPC compares it.
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             raise UnsupportedMediaType(f'Unsupported content-type "{content_type}"')
-    registry: dict[str, Procedure] = current_app.extensions["trpc"]
-    paths = path.split(",") if is_batch else [path]
-    if is_batch and len(paths) > current_app.config["MAX_BATCH_SIZE"]:
-        raise BadRequest(
-            f"Batch call exceeds maximum size ({current_app.config['MAX_BATCH_SIZE']} calls)"
-        )
+    registry: dict[str, Procedure] = ex.app.extensions["trpc"]
+    inputs = _Inputs(ex, is_batch, raw_input)
+    if not is_batch:
+        return [Call(path, 0, registry.get(path), inputs, ex)]
+    paths = path.split(",")
+    if len(paths) > ex.config["MAX_BATCH_SIZE"]:
+        raise BadRequest(f"Batch call exceeds maximum size ({ex.config['MAX_BATCH_SIZE']} calls)")
     procedures = [registry.get(p) for p in paths]
     types = list(dict.fromkeys(p.type for p in procedures if p is not None))
     if len(types) > 1:
         raise BadRequest(f"Cannot mix procedure types in call: {', '.join(types)}")
-    inputs = _Inputs(is_batch)
     return [
-        Call(p, i, proc, inputs) for i, (p, proc) in enumerate(zip(paths, procedures, strict=True))
+        Call(p, i, proc, inputs, ex)
+        for i, (p, proc) in enumerate(zip(paths, procedures, strict=True))
     ]
 
 
@@ -238,9 +261,10 @@ def _execute(call: Call) -> t.Any:
     proc = call.procedure
     if proc is None:
         raise NotFound(f'No procedure found on path "{call.path}"')
-    if request.method != _METHOD[proc.type]:
+    method = call.exchange.method
+    if method != _METHOD[proc.type]:
         raise MethodNotSupported(
-            f'Unsupported {request.method}-request to {proc.type} procedure at path "{call.path}"',
+            f'Unsupported {method}-request to {proc.type} procedure at path "{call.path}"',
             headers={"Allow": _METHOD[proc.type]},
         )
     return through(proc.middleware, call, lambda: _handle(call, proc))
@@ -255,7 +279,7 @@ def _handle(call: Call, proc: Procedure) -> t.Any:
             raw = {}
         if not isinstance(raw, dict):
             message = f"Invalid input: expected object, received {_js_type(raw)}"
-            if raw is UNDEFINED and request.method == "GET" and not call.inputs.is_batch:
+            if raw is UNDEFINED and call.exchange.method == "GET" and not call.inputs.is_batch:
                 # Flat (?userId=...) and deep-object (?input[userId]=...)
                 # parameters, as OpenAPI generators send them, end here too.
                 message += f"; {QUERY_INPUT_HINT}"
@@ -274,8 +298,11 @@ class _Inputs:
     caller without a valid key learns that first (as with tRPC).
     """
 
-    def __init__(self, is_batch: bool):
+    def __init__(self, ex: Exchange, is_batch: bool, query_input: bytes | None):
+        self.exchange = ex
         self.is_batch = is_batch
+        #: A query's ``input`` parameter, decoded from the URL, not yet from UTF-8.
+        self.query_input = query_input
         self._parsed: t.Any = None
         self._error: ApiError | None = None
         self._done = False
@@ -296,12 +323,19 @@ class _Inputs:
         return self._parsed.get(str(index), UNDEFINED)
 
     def _parse(self) -> t.Any:
-        if request.method == "GET":
-            raw = _query_input()
+        if self.exchange.method == "GET":
+            # Werkzeug would quietly replace invalid UTF-8 with U+FFFD; the
+            # raw query string is parsed so that garbage is refused, not stored.
+            if self.query_input is None:
+                return UNDEFINED
+            try:
+                raw = self.query_input.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest("input is not valid UTF-8") from None
             if not raw:
                 return UNDEFINED
             return parse_json(raw)
-        body = _read_body()
+        body = _read_body(self.exchange)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
@@ -309,8 +343,8 @@ class _Inputs:
         return parse_json(text.removeprefix("\ufeff"))
 
 
-def _read_body() -> bytes:
-    limit = current_app.config["MAX_CONTENT_LENGTH"]
+def _read_body(ex: Exchange) -> bytes:
+    limit = ex.config["MAX_CONTENT_LENGTH"]
     too_large = PayloadTooLarge(f"Request body is larger than {limit} bytes")
     if request.content_length is not None:
         try:
@@ -319,7 +353,7 @@ def _read_body() -> bytes:
             raise too_large from None
     # A chunked body has no length up front; Werkzeug would quietly stop
     # reading at the limit, so read one byte past it to tell.
-    stream = request.environ.get("wsgi.input")
+    stream = ex.environ.get("wsgi.input")
     try:
         body = stream.read(limit + 1) if stream is not None else b""
     except Exception as e:
@@ -332,31 +366,34 @@ def _read_body() -> bytes:
     return body
 
 
-def _query_input() -> str | None:
-    # Werkzeug would quietly replace invalid UTF-8 with U+FFFD; parse the
-    # raw query string so that garbage is refused, not stored.
-    value = _query_value(b"input")
-    if value is None:
-        return None
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("input is not valid UTF-8") from None
+_WANTED = (b"batch", b"input")
 
 
-def _query_value(name: bytes) -> bytes | None:
-    """The first value of the query parameter ``name``, decoded; None without one.
+def _query_values(query_string: str) -> dict[bytes, bytes]:
+    """The first value of ``batch`` and of ``input`` in the query string, decoded.
 
-    Only this value is decoded, not the whole query string as Werkzeug's
+    Only these are decoded, not the whole query string as Werkzeug's
     ``request.args`` would: the ``input`` of a query may be half a megabyte,
     and a call refused before its input is read (401, 429) must not pay for
-    decoding it.
+    more than finding it.
     """
-    for pair in request.query_string.split(b"&"):
+    found: dict[bytes, bytes] = {}
+    if not query_string:
+        return found
+    # As Werkzeug reads it: the environ's string holds the URL's bytes as latin-1.
+    for pair in query_string.encode("latin-1").split(b"&"):
         key, _, value = pair.partition(b"=")
-        if unquote_to_bytes(key.replace(b"+", b" ")) == name:
-            return unquote_to_bytes(value.replace(b"+", b" "))
-    return None
+        if key not in _WANTED:
+            if b"%" not in key and b"+" not in key:
+                continue
+            key = unquote_to_bytes(key.replace(b"+", b" "))
+            if key not in _WANTED:
+                continue
+        if key not in found:
+            found[key] = unquote_to_bytes(value.replace(b"+", b" "))
+            if len(found) == len(_WANTED):
+                break
+    return found
 
 
 def parse_json(text: str) -> t.Any:

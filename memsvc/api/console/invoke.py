@@ -20,6 +20,7 @@ from flask import request
 from marshmallow import ValidationError
 
 from ...errors import BadRequest
+from ..context import exchange
 from ..procedures import Procedure
 from ..procedures import through
 from ..schemas import error_text
@@ -62,8 +63,9 @@ def invoke(
     :raises ApiError: what the API would answer the call with (401, 404, 429...).
     """
     proc: Procedure = current_app.extensions["trpc"][path]
-    call = Call(path, 0, proc, t.cast(t.Any, _Given(input)))
-    call.budget = current_app.config["MAX_RESPONSE_BYTES"]
+    ex = exchange()
+    call = Call(path, 0, proc, t.cast(t.Any, _Given(input)), ex)
+    call.budget = ex.config["MAX_RESPONSE_BYTES"]
 
     def handle() -> t.Any:
         params: dict[str, t.Any] = {}
