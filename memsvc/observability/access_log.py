@@ -37,30 +37,41 @@ def write(
     if full_urls and environ.get("QUERY_STRING"):
         path += "?" + environ["QUERY_STRING"]
     path = _printable(path)
-    procedures = _printable(",".join(p for p, _ in record.calls if p != "-") or "-")
-    codes = [c for _, c in record.calls if c != "OK"]
+    calls = record.calls
+    if len(calls) == 1:  # most requests: one call
+        ((procedure, code),) = calls
+        procedures = _printable(procedure) if procedure != "-" else "-"
+        error = "-" if code == "OK" else code
+    else:
+        procedures = _printable(",".join(p for p, _ in calls if p != "-") or "-")
+        error = ",".join(dict.fromkeys(c for _, c in calls if c != "OK")) or "-"
+    remote = environ.get("REMOTE_ADDR", "-")
+    method = environ.get("REQUEST_METHOD", "-")
+    key_id = record.key or "-"
+    tenant = record.tenant or "-"
+    if not json_lines:
+        args = (
+            remote, method, path, environ.get("SERVER_PROTOCOL", "-"), status, size,
+            seconds * 1000, procedures, error, key_id, _quoted(tenant),
+        )  # fmt: skip
+        if write_straight(log, "access_log", _TEXT % args, record.id):
+            return
     fields = {
         "request_id": record.id,
-        "remote": environ.get("REMOTE_ADDR", "-"),
-        "method": environ.get("REQUEST_METHOD", "-"),
+        "remote": remote,
+        "method": method,
         "path": path,
         "status": status,
         "bytes": size,
         "duration_ms": round(seconds * 1000, 2),
         "procedures": procedures,
-        "error": ",".join(dict.fromkeys(codes)) or "-",
-        "key_id": record.key or "-",
-        "tenant": record.tenant or "-",
+        "error": error,
+        "key_id": key_id,
+        "tenant": tenant,
     }
     if json_lines:
         _emit("access", (), fields)
-        return
-    args = (
-        fields["remote"], fields["method"], path, environ.get("SERVER_PROTOCOL", "-"),
-        status, size, seconds * 1000, procedures, fields["error"], fields["key_id"],
-        _quoted(fields["tenant"]),
-    )  # fmt: skip
-    if not write_straight(log, "access_log", _TEXT % args, record.id):
+    else:
         _emit(_TEXT, args, fields)
 
 

@@ -124,8 +124,9 @@ def write_info(logger: logging.Logger, module: str, message: str, rid: str | Non
     line = formatter.info_line(module, message, rid) + handler.terminator
     with handler.lock or _NO_LOCK:
         try:
-            handler.stream.write(line)
-            handler.flush()
+            stream = handler.stream
+            stream.write(line)
+            stream.flush()
         except Exception:
             return False
     return True
