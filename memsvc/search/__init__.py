@@ -17,7 +17,9 @@ whose cached vectors are current, one read without a transaction: see
 4. rank the candidates exactly (:mod:`.exact`): float64 cosine of every
    window, a memory scoring as its best window, threshold, ties to the
    newest;
-5. load the winning memories' rows, once.
+5. load the winning memories' rows, once; or, for a snapshot that is
+   current, take those it kept from earlier searches (the user's counters
+   unchanged, none of their memories changed) and read only the others.
 
 The cached and uncached paths nominate candidates differently and rank them
 with the same arithmetic and the same filter semantics, so they return the
@@ -38,6 +40,7 @@ import typing as t
 import numpy as np
 
 from .. import terms
+from ..models import Memory
 from ..models import ScoredMemory
 from ..observability import metrics
 from ..store import Entry
@@ -114,8 +117,8 @@ def nearest(
     if found is not None:
         return found
     with store.read():
-        hits, _ = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
-        return _memories(store, hits)
+        hits, snap = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
+        return _memories(store, hits, keep=_Keep(cache, tenant, user_id, snap))
 
 
 #: Floats (rows x dimensions) up to which a cached user is searched before
@@ -141,9 +144,11 @@ def _from_cache(
     memories are read at one instant (:meth:`Store.memories_if_current`):
     the counters unchanged, the answer is the one a read transaction would
     give, for one read of the store instead of two in a transaction (one
-    round trip to PostgreSQL instead of four). Changed (a write came in
-    between), the caller searches the usual way, which brings the snapshot
-    up to date. Only for users small enough (:data:`SCAN_FIRST_FLOATS`).
+    round trip to PostgreSQL instead of four). Winners an earlier search
+    answered as of the same counters are the snapshot's :class:`~.cache.Records`:
+    when it holds them all, the counters alone are read. Changed (a write
+    came in between), the caller searches the usual way, which brings the
+    snapshot up to date. Only for users small enough (:data:`SCAN_FIRST_FLOATS`).
     """
     snap = cache.peek(tenant, user_id) if cache is not None else None
     if (
@@ -155,12 +160,29 @@ def _from_cache(
     ):
         return None
     best = _scan(snap, query, k, threshold, scope)
-    if scope.filter:
-        cache.settle(tenant, user_id, snap)  # it may have built filter columns
-    found = store.memories_if_current(tenant, user_id, snap.state, [seq for seq, _, _ in best])
-    if found is None:
+    records = snap.records
+    known = records.found
+    missing = [seq for seq, _, _ in best if seq not in known]
+    grown = bool(scope.filter)  # it may have built filter columns
+    found: dict[int, Memory] = {}
+    if missing:
+        read = store.memories_if_current(tenant, user_id, snap.state, missing)
+        if read is None:
+            return None
+        found = read
+        grown = records.add(found) or grown
+    elif store.user_state(tenant, user_id) != snap.state:
+        # The user's memories are those answered before while their
+        # counters are unchanged: the counters alone are read (one statement).
         return None
-    return [ScoredMemory(found[seq], cosine) for seq, cosine, _ in best if seq in found]
+    if grown:
+        cache.settle(tenant, user_id, snap)
+    out = []
+    for seq, cosine, _ in best:
+        memory = found.get(seq) or known.get(seq)
+        if memory is not None:
+            out.append(ScoredMemory(memory, cosine))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,14 +197,36 @@ class _Hit:
     strength: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Keep:
+    """Where the memories a search reads are kept: the user's snapshot, current in its read."""
+
+    cache: SearchCache | None
+    tenant: str
+    user_id: str
+    snap: Snapshot | None
+
+    def add(self, found: dict[int, Memory]) -> None:
+        if self.snap is not None and self.cache is not None and self.snap.records.add(found):
+            self.cache.settle(self.tenant, self.user_id, self.snap)
+
+
 def _memories(
-    store: Store, hits: list[_Hit], **fields: t.Callable[[_Hit], t.Any]
+    store: Store,
+    hits: list[_Hit],
+    *,
+    keep: _Keep | None = None,
+    **fields: t.Callable[[_Hit], t.Any],
 ) -> list[ScoredMemory]:
     """The found memories' records, read once, in the order of ``hits``.
 
     ``fields``: more :class:`ScoredMemory` fields, each computed from a hit.
+    ``keep``: the snapshot the hits came from, current in the same read
+    transaction, keeps the records for later searches (see :func:`_from_cache`).
     """
     found = store.memories_by_seq([hit.seq for hit in hits])
+    if keep is not None:
+        keep.add(found)
     return [
         ScoredMemory(found[hit.seq], hit.cosine, **{n: f(hit) for n, f in fields.items()})
         for hit in hits
@@ -317,7 +361,7 @@ def search(
         with store.read():
             hits, snap = _semantic(store, cache, tenant, user_id, query, k, threshold, scope)
             metrics.searched(mode, snap is not None)
-            return _memories(store, hits)
+            return _memories(store, hits, keep=_Keep(cache, tenant, user_id, snap))
     with store.read():  # both halves of a hybrid search see one snapshot
         if mode == "keyword":
             snapshot = _snapshot(store, cache, tenant, user_id)

@@ -60,6 +60,7 @@ import typing as t
 
 import numpy as np
 
+from ..models import Memory
 from ..store import Entry
 from ..store import Store
 from ..store import UserState
@@ -77,6 +78,46 @@ DEFAULT_SHARE_MIN_BYTES = 4 * 2**20
 # A view publishes a new file once the vectors it holds privately are this
 # share of the file's (or the user's rows dead in it are _MAX_DEAD).
 _MAX_PRIVATE = 1 / 16
+
+
+class Records:
+    """Memories a snapshot's searches answered with, read as of its state, by seq.
+
+    The user's counters unchanged, none of their memories changed: a
+    search that finds them unchanged answers with these instead of reading
+    the same rows again. Bounded; a new state starts a new snapshot, and
+    with it an empty set.
+    """
+
+    MAX_MEMORIES = 1024
+    MAX_BYTES = 2**20
+
+    __slots__ = ("found", "nbytes")
+
+    def __init__(self) -> None:
+        self.found: dict[int, Memory] = {}
+        self.nbytes = 0
+
+    def add(self, found: t.Mapping[int, Memory]) -> bool:
+        """Keep these (read as of the snapshot's state) while there is room; whether any was."""
+        kept = False
+        for seq, memory in found.items():
+            if len(self.found) >= self.MAX_MEMORIES or self.nbytes >= self.MAX_BYTES:
+                break
+            if seq not in self.found:
+                self.found[seq] = memory
+                self.nbytes += _record_bytes(memory)
+                kept = True
+        return kept
+
+
+def _record_bytes(memory: Memory) -> int:
+    """About what a kept memory takes: its text, and the rest of its record."""
+    return (
+        4 * len(memory.content)
+        + 400
+        + (0 if not memory.metadata else 4 * len(str(memory.metadata)))
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +150,8 @@ class Snapshot:
     scale: np.ndarray  # float32 [cap]: 1 / |row|, so that scores are cosines
     columns: Columns
     file: shared.SnapshotFile | None = None
+    #: Memories searches answered with (never carried over to a new state).
+    records: Records = dataclasses.field(default_factory=Records, init=False, compare=False)
 
     @property
     def nb(self) -> int:
@@ -122,7 +165,12 @@ class Snapshot:
             self.first_vid, self.windows, self.row_start, self.seqs, self.created,
             self.expires, self.alive, self.matrix, self.scale,
         )  # fmt: skip
-        return sum(a.nbytes for a in arrays) + self.metadata_bytes + self.columns.nbytes
+        return (
+            sum(a.nbytes for a in arrays)
+            + self.metadata_bytes
+            + self.columns.nbytes
+            + self.records.nbytes
+        )
 
     @property
     def nbytes(self) -> int:

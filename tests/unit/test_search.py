@@ -392,3 +392,83 @@ def test_a_cached_search_sees_writes_through_other_connections_at_once(db):
 
 def _tagged(memory, step):
     return dataclasses.replace(memory, metadata={"step": step}, version=memory.version + 1)
+
+
+def test_memories_answered_before_are_not_read_again_while_the_user_is_unchanged(db):
+    """A warm search whose winners were answered as of the same counters reads the counters only.
+
+    Any write to the user's memories moves the counters, so what the
+    snapshot kept is never answered past a change (the test above checks
+    every kind of change through another connection).
+    """
+    _, store = db
+    rng = np.random.default_rng(5)
+    add(store, rng.standard_normal((40, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    expected = search(store, None, "u", query, 5, 0)
+    assert search(store, cache, "u", query, 5, 0) == expected  # loads, reads the winners
+    snap = cache.peek("t", "u")
+    assert len(snap.records.found) == 5
+    statements = _statements(store)
+    with statements as seen:
+        assert search(store, cache, "u", query, 5, 0) == expected
+    assert len(seen) == 1 and "FROM memories" not in seen[0], seen
+    # Counted with the snapshot's bytes: the cache's budget includes them.
+    assert snap.records.nbytes > 0
+    assert cache.nbytes >= snap.nbytes
+    # More winners than were kept: those are read, with the counters, and kept.
+    eight = search(store, None, "u", query, 8, 0)
+    with statements as seen:
+        assert search(store, cache, "u", query, 8, 0) == eight
+    assert sum("FROM memories" in q for q in seen) == 1, seen
+    assert len(snap.records.found) == 8
+    with statements as seen:
+        assert search(store, cache, "u", query, 8, 0) == eight
+    assert len(seen) == 1 and "FROM memories" not in seen[0], seen
+
+
+def test_the_memories_a_snapshot_keeps_are_bounded(db, monkeypatch):
+    _, store = db
+    rng = np.random.default_rng(6)
+    add(store, rng.standard_normal((30, DIMS)).astype(np.float32))
+    monkeypatch.setattr(cache_module.Records, "MAX_MEMORIES", 4)
+    cache = SearchCache(2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    for k in (3, 10, 30):
+        assert search(store, cache, "u", query, k, -1) == search(store, None, "u", query, k, -1)
+    assert len(cache.peek("t", "u").records.found) == 4
+    monkeypatch.setattr(cache_module.Records, "MAX_MEMORIES", 1024)
+    monkeypatch.setattr(cache_module.Records, "MAX_BYTES", 1)
+    fresh = SearchCache(2**20, DIMS)
+    assert search(store, fresh, "u", query, 30, -1) == search(store, None, "u", query, 30, -1)
+    assert len(fresh.peek("t", "u").records.found) == 1
+
+
+class _statements:
+    """The SQL statements a store runs inside ``with``: SQLite's trace, or PostgreSQL's log."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __enter__(self):
+        self.seen = []
+        conn = self.store.conn
+        if hasattr(conn, "set_trace_callback"):
+            conn.set_trace_callback(self.seen.append)
+        else:
+            self._execute = self.store._execute
+
+            def execute(query, params=None):
+                self.seen.append(query)
+                return self._execute(query, params)
+
+            self.store._execute = execute
+        return self.seen
+
+    def __exit__(self, *exc):
+        conn = self.store.conn
+        if hasattr(conn, "set_trace_callback"):
+            conn.set_trace_callback(None)
+        else:
+            del self.store._execute
