@@ -269,9 +269,12 @@ def _scan(
     """Score every memory of a snapshot, then rank the candidates exactly."""
     scores = snap.entry_scores(snap.row_scores(query))
     admitted = np.flatnonzero(scope.mask(snap))
-    # Only the admitted memories compete: numpy's partition is ten times
-    # slower over an array that is mostly -inf (a 1% filter).
-    idx = admitted[candidates(scores[admitted], k, threshold)]
+    if len(admitted) == len(scores):  # all of them (no filter, nothing expired)
+        idx = candidates(scores, k, threshold)
+    else:
+        # Only the admitted memories compete: numpy's partition is ten times
+        # slower over an array that is mostly -inf (a 1% filter).
+        idx = admitted[candidates(scores[admitted], k, threshold)]
     rows, owner = snap.rows_of(idx)
     return rank(snap.take(rows), owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
 

@@ -212,9 +212,9 @@ class Snapshot:
         return out
 
     def entry_scores(self, row_scores: np.ndarray) -> np.ndarray:
-        """Each memory's best window's score."""
+        """Each memory's best window's score (``row_scores`` itself when that is what they are)."""
         if self.single:
-            return row_scores.copy()
+            return row_scores
         if self.file is None:  # rows in entry order, each entry's after the last's
             return np.maximum.reduceat(row_scores, self.row_start[: self.m])
         if self._one_window:
