@@ -10,6 +10,7 @@ else can be overridden with gunicorn's own flags or ``GUNICORN_CMD_ARGS``.
 from __future__ import annotations
 
 import errno
+import gc
 import multiprocessing
 import os
 import socket
@@ -25,7 +26,7 @@ __all__ = [
     "bind", "workers", "threads", "worker_class", "access_log_format", "timeout",
     "graceful_timeout", "keepalive", "preload_app", "limit_request_line",
     "limit_request_field_size", "accesslog", "errorlog", "control_socket_disable",
-    "on_starting", "post_worker_init", "when_ready", "child_exit", "on_exit",
+    "on_starting", "pre_fork", "post_worker_init", "when_ready", "child_exit", "on_exit",
 ]  # fmt: skip
 
 # Without a query string: tRPC queries carry their input, user ids and
@@ -132,6 +133,13 @@ def on_exit(server: t.Any) -> None:
         metrics.remove_multiprocess_dir(_metrics_dir)
 
 
+def pre_fork(server: t.Any, worker: t.Any) -> None:
+    # What the master loaded (the app, its modules) lives as long as the
+    # workers: kept out of the collector's sweeps, a worker's collections
+    # never touch those objects, so their pages stay shared with the master.
+    gc.freeze()
+
+
 def post_worker_init(worker: t.Any) -> None:
     runtime = getattr(worker.wsgi, "extensions", {}).get("memsvc")
     if runtime is not None:
@@ -139,6 +147,10 @@ def post_worker_init(worker: t.Any) -> None:
         runtime.embedder.warm_up()
         # Threads do not survive gunicorn's fork: each worker starts its own.
         runtime.start_maintenance()
+    # The worker's own long-lived objects (the model, its connections) too:
+    # a full collection then sweeps only what requests made, not the whole
+    # heap (14 ms each time, once the app and the model are loaded).
+    gc.freeze()
 
 
 try:

@@ -28,6 +28,7 @@ def test_gunicorn_has_the_thread_worker_memsvcs_worker_builds_on():
         "enqueue_req": ["self", "conn"],
         "murder_pending": ["self"],
         "init_process": ["self"],
+        "get_thread_pool": ["self"],
     }
     for name, params in methods.items():
         method = getattr(ThreadWorker, name, None)

@@ -137,3 +137,30 @@ def test_a_worker_uses_it(tmp_path):
         assert pool.max_workers == 3
     finally:
         pool.shutdown()
+
+
+def test_the_workers_long_lived_objects_are_kept_out_of_collections(tmp_path):
+    """gunicorn's hooks freeze the master's objects before forking and the worker's once ready."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import gc, types
+        from memsvc.serving import config
+        before = gc.get_freeze_count()
+        config.pre_fork(None, None)
+        forked = gc.get_freeze_count()
+        made_by_the_worker = [[i] for i in range(1000)]
+        config.post_worker_init(types.SimpleNamespace(wsgi=types.SimpleNamespace()))
+        print(before, forked > before, gc.get_freeze_count() >= forked + 1000)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSVC_")}
+    env["MEMSVC_DATABASE"] = str(tmp_path / "m.sqlite3")
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["0", "True", "True"]
