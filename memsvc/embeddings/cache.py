@@ -42,6 +42,9 @@ class CachedEmbedder(Embedder):
         self._vectors: collections.OrderedDict[tuple[str, str], np.ndarray] = (
             collections.OrderedDict()
         )
+        self._windows: collections.OrderedDict[tuple[str, str], tuple[str, ...]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -55,8 +58,27 @@ class CachedEmbedder(Embedder):
     def max_tokens(self) -> int | None:
         return self.embedder.max_tokens
 
-    def windows(self, text: str) -> list[str]:
-        return self.embedder.windows(text)
+    def windows(self, text: str, *, scope: str = "") -> list[str]:
+        """The wrapped embedder's windows of ``text``, remembered as its vectors are.
+
+        A local model tokenizes a text longer than a window to cut it (24 us
+        for a 100-character question), and a search asks twice: to count
+        what embedding it costs, then to embed it.
+        """
+        if self.max_entries == 0:
+            return self.embedder.windows(text)
+        key = (scope, text)
+        with self._lock:
+            found = self._windows.get(key)
+            if found is not None:
+                self._windows.move_to_end(key)
+                return list(found)
+        pieces = self.embedder.windows(text)
+        with self._lock:
+            self._windows[key] = tuple(pieces)
+            while len(self._windows) > self.max_entries:
+                self._windows.popitem(last=False)
+        return list(pieces)
 
     def prepare(self) -> None:
         self.embedder.prepare()
@@ -116,7 +138,7 @@ class Scoped(Embedder):
         return self.cache.max_tokens
 
     def windows(self, text: str) -> list[str]:
-        return self.cache.windows(text)
+        return self.cache.windows(text, scope=self.scope)
 
     def prepare(self) -> None:
         self.cache.prepare()

@@ -164,3 +164,39 @@ def test_scopes_share_nothing(counting):
     bravo.embed(["What does the user eat?"])
     assert len(counting.calls) == 2  # and each hits its own from then on
     assert (acme.model_id, acme.dimensions) == (counting.model_id, counting.dimensions)
+
+
+class CountingWindows(CountingEmbedder):
+    """The real model, counting the texts it is asked to cut into windows."""
+
+    def __init__(self, embedder):
+        super().__init__(embedder)
+        self.cut: list[str] = []
+
+    def windows(self, text):
+        self.cut.append(text)
+        return self.embedder.windows(text)
+
+
+def test_windows_are_found_once_per_text_and_scope(local_embedder):
+    counting = CountingWindows(local_embedder)
+    cached = CachedEmbedder(counting, 2)
+    acme, bravo = cached.scoped("acme"), cached.scoped("bravo")
+    long = " ".join(f"What did the user say about topic {i}?" for i in range(12))
+    expected = local_embedder.windows(long)
+    assert len(expected) > 1
+    got = acme.windows(long)
+    assert got == expected
+    got.append("changed by a caller")
+    assert acme.windows(long) == expected  # callers cannot change what is kept
+    assert counting.cut == [long]
+    assert bravo.windows(long) == expected  # another tenant's is its own (a miss)
+    assert counting.cut == [long, long]
+    # Bounded with the vectors' bound: two entries, least recently used first.
+    acme.windows("first"), acme.windows("second")
+    assert acme.windows(long) == expected
+    assert counting.cut[-1] == long and len(counting.cut) == 5
+    # Off with the cache: every call cuts.
+    off = CachedEmbedder(counting, 0)
+    off.windows(long), off.windows(long)
+    assert counting.cut[-2:] == [long, long]
