@@ -8,7 +8,9 @@ import json
 import typing as t
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# A weak reference slot: the API's JSON of a memory is kept for as long as
+# the memory object lives (memsvc.wire.memory_text), and no longer.
+@dataclasses.dataclass(frozen=True, slots=True, weakref_slot=True)
 class Memory:
     id: str
     tenant: str

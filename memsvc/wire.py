@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import operator
 import typing as t
+import weakref
 
 from . import clock
 from .models import Memory
@@ -140,3 +142,50 @@ VERSION: Shape[Version] = Shape(
         Field("at", TIMESTAMP, lambda v: _iso(v.at)),
     ),
 )
+
+
+#: JSON text as memsvc answers it: compact, UTF-8 as is, no NaN or Infinity.
+#: One encoder for every answer (json.dumps with options builds a new one per call).
+ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+encode = ENCODER.encode
+
+#: Texts of memories by id(), each dropped when its memory object goes.
+_TEXTS: dict[int, tuple[weakref.ref[Memory], str]] = {}
+
+
+def memory_text(memory: Memory) -> str:
+    """``encode(MEMORY.json(memory))``, written once per memory object.
+
+    A search answers with memories its user's snapshot keeps
+    (:class:`memsvc.search.cache.Records`), the same objects search after
+    search: their JSON is kept with them, and goes when they do.
+    """
+    key = id(memory)
+    kept = _TEXTS.get(key)
+    if kept is not None and kept[0]() is memory:
+        return kept[1]
+    text = encode(MEMORY.json(memory))
+    _TEXTS[key] = (weakref.ref(memory, functools.partial(_forget, key)), text)
+    return text
+
+
+def _forget(key: int, _gone: weakref.ref[Memory]) -> None:
+    # The object with this id is gone; a new one with the same id may
+    # already have its own entry (then it holds a live reference: keep it).
+    kept = _TEXTS.get(key)
+    if kept is not None and kept[0]() is None:
+        _TEXTS.pop(key, None)
+
+
+def number_text(value: float | int) -> str:
+    """A JSON number as :data:`ENCODER` writes it."""
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is float and value - value == 0:  # finite
+        return float.__repr__(value)
+    return encode(value)  # raises as the encoder does for NaN and infinities
+
+
+def list_text(texts: t.Iterable[str]) -> str:
+    """A JSON array of these values' JSON texts."""
+    return "[" + ",".join(texts) + "]"

@@ -32,8 +32,8 @@ _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
 
 
 MEMORY_COMPONENT = Component.of(wire.MEMORY)
-MEMORY = Output.one(MEMORY_COMPONENT, wire.MEMORY.json)
-MEMORIES = Output.list_of(MEMORY_COMPONENT, wire.MEMORY.json)
+MEMORY = Output.one(MEMORY_COMPONENT, wire.MEMORY.json, wire.memory_text)
+MEMORIES = Output.list_of(MEMORY_COMPONENT, wire.MEMORY.json, wire.memory_text)
 VERSIONS = Output.list_of(Component.of(wire.VERSION), wire.VERSION.json)
 
 
@@ -86,6 +86,25 @@ def search_results(answer: SearchAnswer) -> list[dict[str, t.Any]]:
     return out
 
 
+def search_results_text(answer: SearchAnswer) -> str:
+    """``wire.encode(search_results(answer))``, from each memory's kept text."""
+    number = wire.number_text
+    out = []
+    for r in answer.results:
+        text = wire.memory_text(r.memory)[:-1] + ',"similarity":' + number(_number(r.similarity))
+        if r.matched_by is not None:
+            text += ',"matchedBy":' + wire.encode(list(r.matched_by))
+        if answer.explain:
+            keyword = "null" if r.keyword is None else number(_number(r.keyword))
+            score = _number(r.similarity if r.score is None else r.score)
+            text += (
+                f',"explain":{{"cosine":{number(_number(r.similarity))},'
+                f'"keyword":{keyword},"score":{number(score)}}}'
+            )
+        out.append(text + "}")
+    return wire.list_text(out)
+
+
 _SEARCH_RESULT = Component(
     "SearchResult",
     object_schema(
@@ -135,6 +154,7 @@ SEARCH_RESULTS = Output(
     (_SEARCH_RESULT,),
     f"list of {_SEARCH_RESULT.name}",
     search_results,
+    search_results_text,
 )
 
 _SUCCESS = {"type": "boolean", "const": True}

@@ -79,26 +79,44 @@ class Output:
     shown: str
     #: Turns the handler's result into the JSON value sent; None: sent as it is.
     serialise: t.Callable[[t.Any], t.Any] | None = None
+    #: Writes that value's JSON text directly, the very bytes encoding it gives
+    #: (for the answers sent most); None: it is encoded.
+    text: t.Callable[[t.Any], str] | None = None
 
     @classmethod
     def one(
-        cls, component: Component, serialise: t.Callable[[t.Any], t.Any] | None = None
+        cls,
+        component: Component,
+        serialise: t.Callable[[t.Any], t.Any] | None = None,
+        text: t.Callable[[t.Any], str] | None = None,
     ) -> Output:
         """One object of ``component``."""
-        return cls(component.ref, (component,), component.name, serialise)
+        return cls(component.ref, (component,), component.name, serialise, text)
 
     @classmethod
-    def list_of(cls, component: Component, each: t.Callable[[t.Any], t.Any]) -> Output:
+    def list_of(
+        cls,
+        component: Component,
+        each: t.Callable[[t.Any], t.Any],
+        each_text: t.Callable[[t.Any], str] | None = None,
+    ) -> Output:
         """A list of ``component``'s objects, ``each`` turning one item of the result into one."""
         return cls(
             {"type": "array", "items": component.ref},
             (component,),
             f"list of {component.name}",
             lambda items: [each(item) for item in items],
+            None if each_text is None else (lambda items: wire.list_text(map(each_text, items))),
         )
 
     def dump(self, result: t.Any) -> t.Any:
         return result if self.serialise is None else self.serialise(result)
+
+    def encode(self, result: t.Any) -> str:
+        """The JSON text of :meth:`dump`'s value."""
+        if self.text is not None:
+            return self.text(result)
+        return wire.encode(self.dump(result))
 
 
 @dataclasses.dataclass(frozen=True)

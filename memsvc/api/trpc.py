@@ -34,6 +34,7 @@ from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
+from .. import wire
 from ..errors import HTTP_STATUS
 from ..errors import ApiError
 from ..errors import BadRequest
@@ -230,7 +231,7 @@ def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
         if budget.left <= 0:
             raise budget.exceeded()
         call.budget = budget.left
-        text = '{"result":{"data":' + _dump(_execute(call)) + "}}"
+        text = '{"result":{"data":' + _execute(call) + "}}"
         budget.spend(text)
         if call.procedure is not None and call.procedure.type == MUTATION:
             clear_storage_problem()  # a write went through: storage works again
@@ -257,7 +258,7 @@ def _run(call: Call, budget: _Budget) -> tuple[str, int, dict[str, str]]:
         return _dump(error_body(error, call.path)), error.status, error.headers
 
 
-def _execute(call: Call) -> t.Any:
+def _execute(call: Call) -> str:
     proc = call.procedure
     if proc is None:
         raise NotFound(f'No procedure found on path "{call.path}"')
@@ -270,7 +271,7 @@ def _execute(call: Call) -> t.Any:
     return through(proc.middleware, call, lambda: _handle(call, proc))
 
 
-def _handle(call: Call, proc: Procedure) -> t.Any:
+def _handle(call: Call, proc: Procedure) -> str:
     """Past its middleware: the call's input read and validated, its handler's answer."""
     params: dict[str, t.Any] = {}
     if proc.input is not None:
@@ -288,7 +289,7 @@ def _handle(call: Call, proc: Procedure) -> t.Any:
             params = proc.input.load(raw)
         except ValidationError as e:
             raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
-    return proc.output.dump(proc.handler(call, params))
+    return proc.output.encode(proc.handler(call, params))
 
 
 class _Inputs:
@@ -436,12 +437,7 @@ def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
     return {"error": {"message": message, "code": error.code, "data": data}}
 
 
-# One encoder for every answer: json.dumps with options builds a new one per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _dump(value: t.Any) -> str:
-    return _ENCODER.encode(value)
+_dump = wire.encode
 
 
 def _text_response(text: str, status: int, headers: dict[str, str] | None) -> Response:
