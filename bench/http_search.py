@@ -248,8 +248,7 @@ def breakdown(db_path: str, key: str, tmp: str) -> list[tuple[str, float]]:
         ("input: JSON and validation", Schema, "load"),
         ("query embedding (cached)", memory_service, "query_vector"),
         ("search: scan, rank, rows", memory_service, "search_memories"),
-        ("answer: shaping and JSON", procedures.Output, "dump"),
-        ("answer: shaping and JSON", trpc, "_dump"),
+        ("answer: shaping and JSON", procedures.Output, "encode"),
         ("answer: shaping and JSON", trpc, "_text_response"),
         ("access line", access_log, "write"),
     ]
