@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing as t
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class StoreMismatch(Exception):

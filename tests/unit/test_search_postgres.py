@@ -129,13 +129,13 @@ def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
     assert found == search(store, None, query)
 
 
-@pytest.mark.parametrize("dims, block", [(1536, 1 << 23), (1536, 1000), (7, 3), (32, 130)])
+@pytest.mark.parametrize("dims, block", [(1536, 32), (1536, 1), (7, 3), (32, 1000)])
 def test_a_users_vectors_load_whole_through_copy(database, monkeypatch, dims, block):
-    """Blocks ending anywhere (mid-row, mid-header), rows of any size: the same vectors."""
+    """Blocks of any number of vectors, vectors of any size: the same vectors."""
     from memsvc.store.postgres import store as pg_store
     from tests.support.stores import raw_vector
 
-    monkeypatch.setattr(pg_store._BinaryVectors, "_BLOCK", block)
+    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", block)
     store = open_store(database)
     try:
         store.migrate("test:random", dims)
@@ -158,6 +158,106 @@ def test_a_users_vectors_load_whole_through_copy(database, monkeypatch, dims, bl
         with pytest.raises(RuntimeError, match="more than the 9 expected"):
             store.vectors("t", "u", np.arange(1, 10), whole_user=True)
         empty = store.vectors("t", "nobody", np.zeros(0, dtype=np.int64), whole_user=True)
-        assert len(empty) == 0
+        assert empty.shape == (0, 0)
+        assert store.vectors("t", "nobody", np.zeros(0, dtype=np.int64), 2, True).shape == (2, 0)
+    finally:
+        close_store(store)
+
+
+def test_a_copy_of_vector_blocks_reads_alike_wherever_its_chunks_end(database):
+    """The stream cut anywhere (mid-header, mid-row, several rows at once): the same array."""
+    from memsvc.store.postgres.store import _VectorBlocks
+
+    store = open_store(database)
+    try:
+        store.migrate("test:random", 7)
+        rng = np.random.default_rng(3)
+        vectors = rng.standard_normal((10, 7)).astype(np.float32)
+        add(store, vectors)
+        stream = bytearray()
+        with store.conn.cursor() as cur:
+            with cur.copy(
+                "COPY (SELECT b.n, a.count, a.floats FROM (VALUES (1::bigint, 1, 4), (2, 5, 8), "
+                "(3, 9, 10), (4, 11, 99)) AS b (n, low, high) CROSS JOIN LATERAL ("
+                "SELECT count(*) AS count, string_agg(floats, ''::bytea ORDER BY vid) AS floats "
+                "FROM memory_vectors WHERE vid BETWEEN b.low AND b.high) AS a) "
+                "TO STDOUT (FORMAT BINARY)"
+            ) as copy:
+                for data in copy:
+                    stream += data
+    finally:
+        close_store(store)
+    for cut in (1, 2, 5, 19, 31, 64, 1000, len(stream)):
+        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=1)
+        for start in range(0, len(stream), cut):
+            reader.feed(bytes(stream[start : start + cut]))
+        got = reader.finish("these")
+        assert got.shape == (11, 7) and np.array_equal(got[:10], vectors) and not got[10].any()
+    with pytest.raises(RuntimeError, match="these: found 10 of 11"):
+        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 1], spare=0)
+        reader.feed(stream)
+        reader.finish("these")
+    with pytest.raises(RuntimeError, match="did not end"):
+        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=0)
+        reader.feed(stream[:-2])
+        reader.finish("these")
+
+
+def test_every_vector_written_has_its_floats_beside_it_in_its_row(database):
+    """``floats`` is PostgreSQL's own copy of ``embedding``: added, replaced by an update,
+    re-embedded; kept in the row (storage MAIN) in every table memsvc makes."""
+    import dataclasses
+
+    store = open_store(database)
+
+    def check(dims, n):
+        rows = store.conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE floats = "
+            "substring(vector_send(embedding) FROM 5)), min(octet_length(floats)), "
+            "pg_relation_size('memory_vectors') FROM memory_vectors"
+        ).fetchone()
+        assert rows[:3] == (n, n, 4 * dims)
+        assert rows[3] >= n * 4 * dims  # in the table itself, not out of line
+        (storage,) = store.conn.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "
+            "AND attname = 'floats'"
+        ).fetchone()
+        assert storage == "m"
+
+    try:
+        store.migrate("test:random", 1536)
+        rng = np.random.default_rng(5)
+        vectors = rng.standard_normal((3, 1536)).astype(np.float32)
+        memories = add(store, vectors)
+        check(1536, 3)
+        with store.read():
+            [(seq, previous)] = [
+                (s, m) for s, m in store.page("t", "u", clock.now_ms()) if m.id == memories[0].id
+            ]
+        new = rng.standard_normal((2, 1536)).astype(np.float32)  # two windows now
+        with store.write():
+            store.update_memory(seq, previous, dataclasses.replace(previous, version=2), new)
+        check(1536, 4)
+        with store.read():
+            vids = np.array(
+                [
+                    v
+                    for e in store.entries("t", "u")
+                    for v in range(e.first_vid, e.first_vid + e.windows)
+                ]
+            )
+            got = store.vectors("t", "u", vids, whole_user=True)
+        assert np.array_equal(got, np.concatenate([vectors[1:], new]))
+
+        with store.write():
+            store.start_reembed("test:other")
+        with store.read():
+            todo = store.unstaged_memories(10)
+        staged = [(s, rng.standard_normal((1, 8)).astype(np.float32)) for s, _ in todo]
+        with store.write():
+            store.stage_vectors("test:other", staged)
+        with store.write():
+            store.switch_to_staged("test:other", 8)
+        check(8, 3)
     finally:
         close_store(store)

@@ -175,6 +175,58 @@ def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, s
     assert store.erasures() >= 0
 
 
+def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(blank_store, store_kind):
+    """Schema 6: PostgreSQL keeps each vector's float32s beside it, in its row; the
+    vectors, the search and the user's load are the same after the upgrade."""
+    from memsvc.store import schema
+
+    store = blank_store
+    saved = schema.SCHEMA_VERSION
+    schema.SCHEMA_VERSION = 5
+    try:
+        store.migrate("test:hash-16", 16)
+        memories = [memory(user=f"u{i % 2}", created_at=1000 + i) for i in range(6)]
+        vectors = np.stack([rand(seed=i) for i in range(6)])
+        with store.write():
+            store.insert_memories(memories, vectors)
+    finally:
+        schema.SCHEMA_VERSION = saved
+    if store_kind == "postgres":
+        columns = store.conn.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "
+            "AND attname = 'floats'"
+        ).fetchone()
+        assert columns == (0,)
+    store.migrate("test:hash-16", 16)
+    store.check_schema()
+
+    (version,) = store.conn.execute(
+        "SELECT value FROM memsvc_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    assert int(version) == SCHEMA_VERSION == 6
+    if store_kind == "postgres":
+        (storage,) = store.conn.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "
+            "AND attname = 'floats'"
+        ).fetchone()
+        assert storage == "m"  # kept in the row
+    for user in ("u0", "u1"):
+        mine = [i for i in range(6) if memories[i].user_id == user]
+        with store.read():
+            vids = np.array([e.first_vid for e in store.entries("t1", user)])
+            got = store.vectors("t1", user, vids, whole_user=True)
+        assert np.array_equal(got, vectors[mine])
+        by_id = store.vectors("t1", user, vids[[2, 0]])
+        assert np.array_equal(by_id, vectors[[mine[2], mine[0]]])
+        found = nearest(store, "t1", user, vectors[mine[1]], 3, 0.0)
+        assert [m.id for m, _ in found][0] == memories[mine[1]].id
+        cache = search.SearchCache(2**20, 16)
+        warm = search.nearest(
+            store, cache, "t1", user, vectors[mine[1]], 3, 0.0, search.Scope(clock.now_ms())
+        )
+        assert [(r.memory.id, r.similarity) for r in warm] == [(m.id, s) for m, s in found]
+
+
 def test_migrate_twice_changes_nothing(store):
     add(store, memory(), rand())
     store.migrate("test:hash-16", 16)

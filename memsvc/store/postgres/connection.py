@@ -5,9 +5,11 @@ gunicorn's master before the fork: a pool runs threads, and a connection
 must not be shared by two processes). A request takes one connection for
 its whole length and gives it back at its end (:meth:`PgDatabase.release`).
 
-Vectors travel in pgvector's binary format, both ways: a 2-byte dimension
-count, 2 unused bytes, then big-endian float32s. memsvc converts whole
-arrays at once (:func:`vectors_of`) instead of one Python object per number.
+Vectors travel in pgvector's binary format: a 2-byte dimension count, 2
+unused bytes, then big-endian float32s. They are written as pgvector
+values and read back as those float32s alone (``memory_vectors.floats``),
+whole arrays converted at once (:func:`floats_of`) instead of one Python
+object per number.
 """
 
 from __future__ import annotations
@@ -53,22 +55,16 @@ def register_vector(conn: psycopg.Connection[t.Any]) -> bool:
     return True
 
 
-def vectors_of(blobs: t.Sequence[bytes], dimensions: int | None = None) -> np.ndarray:
-    """pgvector binary values, as one float32 array of shape ``[len(blobs), dimensions]``."""
-    if not blobs:
-        return np.zeros((0, dimensions or 0), dtype=np.float32)
-    return raw_vectors(blobs)[:, 1:].astype(np.float32)
+def floats_of(blobs: t.Sequence[bytes]) -> np.ndarray:
+    """Values of ``memory_vectors.floats`` (all of one size), as one float32 array, a row each.
 
-
-def raw_vectors(blobs: t.Iterable[bytes]) -> np.ndarray:
-    """pgvector binary values as big-endian float32 rows, each led by its 4 header bytes.
-
-    The header (a 2-byte dimension count and 2 unused bytes) is one
-    float32's worth, so ``[:, 1:]`` is the vectors themselves, without a copy.
+    ``floats`` is a vector as pgvector sends it less its 4-byte header:
+    big-endian float32s, converted here all at once.
     """
+    if not blobs:
+        return np.zeros((0, 0), dtype=np.float32)
     joined = b"".join(blobs)
-    (dims,) = struct.unpack_from(">H", joined)
-    return np.frombuffer(joined, dtype=">f4").reshape(-1, dims + 1)
+    return np.frombuffer(joined, dtype=">f4").reshape(len(blobs), -1).astype(np.float32)
 
 
 def _configure(conn: psycopg.Connection[t.Any]) -> None:

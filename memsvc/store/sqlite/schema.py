@@ -184,6 +184,9 @@ MIGRATIONS: dict[int, list[Step]] = {
         # With secure_delete on, the old index's pages are zeroed as they are freed.
         "DROP TABLE memory_fts",
     ],
+    # Schema 6 is PostgreSQL's alone (each vector's float32s in a column of
+    # their own, for loading users); SQLite's vectors are raw float32s already.
+    6: [],
 }
 
 
