@@ -127,6 +127,14 @@ def nearest(
 #: snapshot would cost more than the round trips saved.
 SCAN_FIRST_FLOATS = 1 << 20
 
+#: Candidates beyond ``k`` up to which a store that reads ahead is asked for
+#: all the scan's candidates it lacks while they are ranked
+#: (:meth:`Store.memories_ahead`): a few more rows read, for a round trip
+#: under way meanwhile. Past that (a threshold of 0 can make every memory a
+#: candidate), it reads the winners it lacks once they are known. A winner
+#: not asked for ahead (rare: a float32 near-tie) is read after, again.
+AHEAD_CANDIDATES = 16
+
 
 def _from_cache(
     store: Store,
@@ -149,6 +157,9 @@ def _from_cache(
     when it holds them all, the counters alone are read. Changed (a write
     came in between), the caller searches the usual way, which brings the
     snapshot up to date. Only for users small enough (:data:`SCAN_FIRST_FLOATS`).
+    A store that reads ahead (PostgreSQL) is asked for the counters and the
+    candidates it lacks as soon as the scan has them, and answers once they
+    are ranked (:meth:`Store.memories_ahead`).
     """
     snap = cache.peek(tenant, user_id) if cache is not None else None
     if (
@@ -159,22 +170,33 @@ def _from_cache(
         or snap.matrix.shape[1] != len(query)
     ):
         return None
-    best = _scan(snap, query, k, threshold, scope)
+    idx, scores = _nominate(snap, query, k, threshold, scope)
     records = snap.records
     known = records.found
-    missing = [seq for seq, _, _ in best if seq not in known]
-    grown = bool(scope.filter)  # it may have built filter columns
-    found: dict[int, Memory] = {}
-    if missing:
-        read = store.memories_if_current(tenant, user_id, snap.state, missing)
-        if read is None:
-            return None
-        found = read
-        grown = records.add(found) or grown
-    elif store.user_state(tenant, user_id) != snap.state:
-        # The user's memories are those answered before while their
-        # counters are unchanged: the counters alone are read (one statement).
+    ahead: list[int] | None = None
+    if store.reads_ahead:
+        # The store may read while the candidates are ranked (PostgreSQL: the
+        # statement is under way meanwhile): the counters alone if the likely
+        # winners (the best float32 scores, over the threshold) were answered
+        # before, else the candidates it lacks, if few.
+        seqs = snap.seqs[idx]
+        best_first = np.argsort(-scores, kind="stable")[:k]
+        likely = seqs[best_first[scores[best_first] >= threshold]].tolist()
+        if all(seq in known for seq in likely):
+            ahead = []
+        else:
+            unknown = [seq for seq in seqs.tolist() if seq not in known]
+            ahead = unknown if len(unknown) <= k + AHEAD_CANDIDATES else None
+    with store.memories_ahead(tenant, user_id, snap.state, ahead) as read:
+        best = _rank(snap, idx, query, k, threshold)
+        # The winners it lacks; with none, the counters alone are read (the
+        # user's memories are those answered before while they are unchanged).
+        found = read([seq for seq, _, _ in best if seq not in known])
+    if found is None:
         return None
+    grown = bool(scope.filter)  # it may have built filter columns
+    if found:
+        grown = records.add(found) or grown
     if grown:
         cache.settle(tenant, user_id, snap)
     out = []
@@ -267,6 +289,13 @@ def _scan(
     snap: Snapshot, query: np.ndarray, k: int, threshold: float, scope: Scope
 ) -> list[tuple[int, float, int]]:
     """Score every memory of a snapshot, then rank the candidates exactly."""
+    return _rank(snap, _nominate(snap, query, k, threshold, scope)[0], query, k, threshold)
+
+
+def _nominate(
+    snap: Snapshot, query: np.ndarray, k: int, threshold: float, scope: Scope
+) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates of a snapshot's scan, as positions of its memories, and their scores."""
     scores = snap.entry_scores(snap.row_scores(query))
     admitted = np.flatnonzero(scope.mask(snap))
     if len(admitted) == len(scores):  # all of them (no filter, nothing expired)
@@ -275,6 +304,13 @@ def _scan(
         # Only the admitted memories compete: numpy's partition is ten times
         # slower over an array that is mostly -inf (a 1% filter).
         idx = admitted[candidates(scores[admitted], k, threshold)]
+    return idx, scores[idx]
+
+
+def _rank(
+    snap: Snapshot, idx: np.ndarray, query: np.ndarray, k: int, threshold: float
+) -> list[tuple[int, float, int]]:
+    """The candidates at positions ``idx`` of a snapshot, ranked exactly."""
     rows, owner = snap.rows_of(idx)
     return rank(snap.take(rows), owner, snap.seqs[idx], snap.created[idx], query, k, threshold)
 

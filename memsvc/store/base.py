@@ -307,6 +307,25 @@ class Store(abc.ABC):
         checked and completed with one read (PostgreSQL: one statement).
         """
 
+    #: Whether :meth:`memories_ahead` reads before it is called (PostgreSQL's).
+    reads_ahead: t.ClassVar[bool] = False
+
+    def memories_ahead(
+        self, tenant: str, user_id: str, state: UserState, candidates: t.Sequence[int] | None
+    ) -> Ahead:
+        """:meth:`memories_if_current`, asked before the caller knows which memories it wants.
+
+        ``candidates``: every seq the caller may want (None: not known).
+        Call what this returns with the seqs wanted, once; close it (it is
+        a context manager) in any case. With no seqs wanted, the answer is
+        ``{}`` if the counters are ``state``, else None: the counters alone
+        are read. A store may start reading the candidates right away,
+        while the caller picks among them (:attr:`reads_ahead`): on
+        PostgreSQL the statement is under way while a search ranks. Here it
+        reads when called.
+        """
+        return Ahead(self, tenant, user_id, state)
+
     @abc.abstractmethod
     def entries(self, tenant: str, user_id: str, after_vid: int = 0) -> list[Entry]:
         """A user's memories whose vectors have ids above ``after_vid``, by vector id.
@@ -407,3 +426,33 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def switch_to_staged(self, embedder_id: str, dimensions: int) -> None:
         """Replace every vector by its staged ones and record the new model."""
+
+
+class Ahead:
+    """What :meth:`Store.memories_ahead` gives: call it with the seqs wanted, once, then close it.
+
+    This one reads when called; a store's own may have its answer under way.
+    """
+
+    __slots__ = ("store", "tenant", "user_id", "state")
+
+    def __init__(self, store: Store, tenant: str, user_id: str, state: UserState):
+        self.store = store
+        self.tenant = tenant
+        self.user_id = user_id
+        self.state = state
+
+    def __call__(self, seqs: t.Sequence[int]) -> dict[int, Memory] | None:
+        if not seqs:  # the counters alone, one statement
+            current = self.store.user_state(self.tenant, self.user_id) == self.state
+            return {} if current else None
+        return self.store.memories_if_current(self.tenant, self.user_id, self.state, seqs)
+
+    def close(self) -> None:
+        """Done with it, called or not (an answer under way is read and dropped)."""
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -115,6 +115,56 @@ def test_a_warm_search_of_a_small_user_is_one_round_trip(counted, database):
     assert found[0] == new.id and n == 1
 
 
+def test_a_warm_search_survives_its_statement_being_deallocated(counted):
+    """psycopg deallocates every prepared statement after a rollback: the search reads
+    the usual way once, prepares it again, and is back to one round trip."""
+    store, conn = counted
+    rng = np.random.default_rng(3)
+    add(store, rng.standard_normal((20, DIMS)).astype(np.float32))
+    cache = SearchCache(2**20, DIMS)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    expected = search(store, None, query)
+    search(store, cache, query)  # loads the user
+    assert trips(conn, lambda: search(store, cache, query)) == (expected, 1)
+    for _ in range(6):  # psycopg prepares its own statements after 5 runs
+        conn.execute("SELECT count(*) FROM memories WHERE tenant = %s", ("t",))
+    with contextlib.suppress(RuntimeError), store.write():
+        raise RuntimeError("rolled back")
+    conn.execute("SELECT count(*) FROM memories WHERE tenant = %s", ("t",))  # DEALLOCATE ALL
+    assert not conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+    found, n = trips(conn, lambda: search(store, cache, query))
+    assert found == expected and n > 1
+    assert trips(conn, lambda: search(store, cache, query)) == (expected, 1)
+    # Prepared by someone else meanwhile (memsvc does not know): the same.
+    conn.execute("DEALLOCATE ALL")
+    found, n = trips(conn, lambda: search(store, cache, query))
+    assert found == expected and n > 1
+    assert trips(conn, lambda: search(store, cache, query)) == (expected, 1)
+
+
+def test_an_answer_asked_ahead_and_never_read_leaves_the_connection_free(counted):
+    store, conn = counted
+    rng = np.random.default_rng(4)
+    memories = add(store, rng.standard_normal((3, DIMS)).astype(np.float32))
+    with store.read():
+        state = store.user_state("t", "u")
+        seqs = sorted(store.entries_by_seq("t", "u", range(1, 100)))
+    assert state is not None
+    with pytest.raises(ZeroDivisionError):
+        with store.memories_ahead("t", "u", state, seqs):
+            1 / 0  # noqa: B018
+    with store.memories_ahead("t", "u", state, seqs) as read:
+        found = read(seqs[:2])
+    assert found is not None and [found[s].id for s in seqs[:2]] == [m.id for m in memories[:2]]
+    with store.memories_ahead("t", "u", state, seqs[:1]) as read:
+        found = read(seqs[1:])  # not among the candidates: read the usual way
+    assert found is not None and found[seqs[1]].id == memories[1].id
+    add(store, rng.standard_normal((1, DIMS)).astype(np.float32))
+    with store.memories_ahead("t", "u", state, seqs) as read:
+        assert read(seqs) is None  # the counters moved on
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
 def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
     """Past SCAN_FIRST_FLOATS a wasted scan would cost more than round trips: a transaction."""
     store, conn = counted

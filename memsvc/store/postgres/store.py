@@ -8,20 +8,27 @@ in a table of their own, sets of values travel as one array (``= ANY``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
 import struct
 import typing as t
+import weakref
 
 import numpy as np
 import psycopg
+import psycopg.sql
+from psycopg import generators
+from psycopg import pq
+from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 
 from ...models import Memory
 from ...models import Version
 from ..base import ENTRY_COLUMNS
 from ..base import MEMORY_COLUMNS
+from ..base import Ahead
 from ..base import Entry
 from ..base import UserState
 from ..base import memory_of
@@ -47,6 +54,7 @@ class PgStore(SqlStore):
     """memsvc's data in PostgreSQL, over one connection."""
 
     kind = "PostgreSQL"
+    reads_ahead = True
     #: pgvector's exact ordering has no limit of its own; this bounds one fetch.
     knn_max = 4096
 
@@ -381,6 +389,47 @@ class PgStore(SqlStore):
             return None
         return {row[7]: memory_of(row[8:]) for row in rows if row[7] is not None}
 
+    def memories_ahead(
+        self, tenant: str, user_id: str, state: UserState, candidates: t.Sequence[int] | None
+    ) -> Ahead:
+        if (
+            candidates is None
+            or self.in_transaction()
+            or self.conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
+        ):
+            return Ahead(self, tenant, user_id, state)
+        return _PgAhead(self, tenant, user_id, state, candidates)
+
+    def _send_prepared(self, name: str, params: list[str]) -> None:
+        """Send one of :data:`_AHEAD`'s statements with these (text) parameters, not waiting.
+
+        Its answer is for the caller to read (:class:`_PgAhead`): nothing
+        else may use the connection meanwhile.
+        """
+        conn = self.conn
+        pgconn = conn.pgconn
+        prepared = _prepared.setdefault(conn, set())
+        if name in prepared:
+            encoding = conn.info.encoding
+            pgconn.send_query_prepared(name.encode(), [p.encode(encoding) for p in params])
+        else:
+            prepared.add(name)
+            types, statement = _AHEAD[name]
+            pgconn.send_query(
+                psycopg.sql.SQL(
+                    "PREPARE {name} ({types}) AS {statement}; EXECUTE {name} ({params})"
+                )
+                .format(
+                    name=psycopg.sql.Identifier(name),
+                    types=psycopg.sql.SQL(types),
+                    statement=psycopg.sql.SQL(statement),
+                    params=psycopg.sql.SQL(", ").join(map(psycopg.sql.Literal, params)),
+                )
+                .as_bytes(conn)
+            )
+        if pgconn.flush():
+            conn.wait(generators.send(pgconn))
+
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         if not len(vids):
             return {}
@@ -492,6 +541,108 @@ class PgStore(SqlStore):
             [(vid, tenant, user_id) for (tenant, user_id), vid in counters.items()],
         )
         self._switched(embedder_id, dimensions)
+
+
+_COUNTERS = "u.count, u.max_vid, u.deletes, u.updates, u.generation, u.user_key, u.terms"
+
+#: The statements :class:`_PgAhead` sends, prepared by memsvc under names of
+#: its own: name -> (parameter types, statement). The counters and the
+#: candidates' memories, as :meth:`PgStore.memories_if_current`; or, with no
+#: candidates (every one answered before, see memsvc.search), the counters.
+_AHEAD = {
+    "memsvc_memories_if_current": (
+        "bigint[], text, text",
+        f"SELECT {_COUNTERS}, m.seq, m.{MEMORY_COLUMNS.replace(', ', ', m.')} "
+        "FROM memory_users AS u LEFT JOIN memories AS m ON m.seq = ANY($1::bigint[]) "
+        "WHERE u.tenant = $2 AND u.user_id = $3",
+    ),
+    "memsvc_user_state": (
+        "text, text",
+        f"SELECT {_COUNTERS} FROM memory_users AS u WHERE u.tenant = $1 AND u.user_id = $2",
+    ),
+}
+#: Which of them each connection has, as far as memsvc knows: psycopg
+#: deallocates every prepared statement after a rollback or a schema change,
+#: which the next use finds out (:class:`_PgAhead`).
+_prepared: weakref.WeakKeyDictionary[psycopg.Connection[t.Any], set[str]] = (
+    weakref.WeakKeyDictionary()
+)
+_MISSING = "26000"  # invalid_sql_statement_name: not prepared (any more)
+_THERE = "42P05"  # duplicate_prepared_statement
+
+
+class _PgAhead(Ahead):
+    """The memories of a warm search, their statement sent before they are ranked.
+
+    The user's counters and the candidates' rows are asked for at once (one
+    statement, one snapshot, as :meth:`PgStore.memories_if_current`), and
+    the answer read when called: the round trip and PostgreSQL's work
+    overlap the caller's ranking, and the answer is there when it is
+    wanted. The statement goes as an execution of the prepared one (Bind,
+    Execute, Sync), or where it is not prepared yet as one simple query
+    that prepares and executes it: one round trip either way. Should it
+    fail for being missing (deallocated meanwhile) or there already, the
+    call reads the usual way.
+    """
+
+    __slots__ = ("candidates", "_pending")
+
+    def __init__(
+        self,
+        store: PgStore,
+        tenant: str,
+        user_id: str,
+        state: UserState,
+        candidates: t.Sequence[int],
+    ):
+        super().__init__(store, tenant, user_id, state)
+        self.candidates = candidates
+        params: list[str] = [tenant, user_id]
+        if candidates:
+            name = "memsvc_memories_if_current"
+            params.insert(0, "{" + ",".join(str(int(seq)) for seq in candidates) + "}")
+        else:
+            name = "memsvc_user_state"
+        store._send_prepared(name, params)
+        self._pending = True
+
+    def _answer(self) -> list[t.Any] | None:
+        """The statement's rows; None if it failed for being missing or there already."""
+        self._pending = False
+        conn = t.cast(PgStore, self.store).conn
+        results = conn.wait(generators.fetch_many(conn.pgconn))
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+                if error.sqlstate not in (_MISSING, _THERE):
+                    raise error
+                name = "memsvc_memories_if_current" if self.candidates else "memsvc_user_state"
+                if error.sqlstate == _MISSING:
+                    _prepared.get(conn, set()).discard(name)
+                else:
+                    _prepared.setdefault(conn, set()).add(name)
+                return None
+        loader = Transformer(conn)
+        loader.set_pgresult(results[-1])
+        return loader.load_rows(0, results[-1].ntuples, tuple)
+
+    def __call__(self, seqs: t.Sequence[int]) -> dict[int, Memory] | None:
+        rows = self._answer() if self._pending else None
+        wanted = set(seqs)
+        if rows is None or not wanted <= set(self.candidates):
+            return super().__call__(seqs)
+        if not rows or UserState(*rows[0][:7]) != self.state:
+            return None
+        if not wanted:
+            return {}
+        return {row[7]: memory_of(row[8:]) for row in rows if row[7] in wanted}
+
+    def close(self) -> None:
+        if self._pending:
+            # Unread (the caller failed): read it, so the connection is free
+            # again; an error of its own would hide the caller's.
+            with contextlib.suppress(psycopg.Error):
+                self._answer()
 
 
 #: Vectors per block of a user's load (:meth:`PgStore._whole_user`).
