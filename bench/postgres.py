@@ -26,10 +26,14 @@ with pgvector, on a unix socket). Paths:
   pgvector SQL, one query   for reference, what a plain pgvector
                             deployment runs: one exact SQL statement
   small user (20), warm     a user of 20 memories: the fixed cost
+  first search (its load)   the large user's first search on an empty
+                            cache: every vector loaded, then the search
 
 with recall@10 of each against float64 brute force over the stored
 vectors (and the largest similarity difference), build time and bulk
-insert rate, bytes per vector.
+insert rate, bytes per vector. The two ratios PostgreSQL is held to come
+last: a small user's warm search and the large user's first search,
+PostgreSQL's p50 over SQLite's.
 
 Part 2, through real gunicorn servers (1 worker x 8 threads each, rate
 and concurrency limits off, the bundled local model): memory.search on a
@@ -100,8 +104,10 @@ from tests.support.servers import start_server  # noqa: E402
 
 TENANT = "tenant"
 BATCH = 1000
+#: The large user's first search: loading all of its vectors into the cache, then searching.
+FIRST_SEARCH = "first search (its load)"
 #: How many times each store's first search of the large user is timed (taking turns).
-FIRST_LOADS = 3
+FIRST_LOADS = 5
 CACHE_BYTES = 4096 * 2**20
 
 
@@ -389,15 +395,7 @@ def search_part(n_large: int, n_queries: int, directory: str) -> tuple[list[tupl
                 (n_large, label, "pgvector SQL, one query", uncached["sql"][0], (sql_recall, None))
             )
         rows.append((n_large, label, "small user (20), warm", small[s], None))
-        notes.append(
-            f"N={n_large} {label}: first search of the large user (its load), p50 of "
-            f"{FIRST_LOADS}: {pct(s.first_loads, 50):,.0f} ms"
-            + (
-                ""
-                if key == "sqlite"
-                else f", {pct(s.first_loads, 50) / pct(on_sqlite.first_loads, 50):.2f}x SQLite's"
-            )
-        )
+        rows.append((n_large, label, FIRST_SEARCH, s.first_loads, None))
     return rows, notes
 
 
@@ -416,7 +414,7 @@ def print_search(rows: list[tuple], queries: int) -> None:
         p50 = pct(times, 50)
         if store == "-":
             base = p50
-        ratio = "" if path.startswith("small") else f"{p50 / base:.2f}"
+        ratio = "" if path.startswith("small") or path == FIRST_SEARCH else f"{p50 / base:.2f}"
         r = "" if rec is None else f"{rec[0]:.3f}"
         e = "" if rec is None or rec[1] is None else f"{rec[1]:.1e}"
         print(
@@ -431,9 +429,12 @@ def explain_search(rows: list[tuple]) -> None:
     print(
         "  x numpy: a path's p50 over the bare matrix product; memsvc adds reading the "
         "user's counters, exact float64 re-ranking and fetching 10 rows, as of one snapshot "
-        "of the store: a small user's warm search reads the counters and the rows in one "
-        "statement (one round trip to PostgreSQL), a large user's in a read transaction "
-        "(BEGIN, counters, rows, COMMIT: 4)."
+        "of the store: a small user's warm search reads the counters, and the rows its "
+        "snapshot has not kept from earlier searches, in one statement (one round trip to "
+        "PostgreSQL, asked for as soon as the scan has its candidates and read once they "
+        "are ranked), a large user's in a read transaction "
+        "(BEGIN, counters, rows, COMMIT: 4). First search: the large user's first search on "
+        f"an empty cache, loading all its vectors, {FIRST_LOADS} times per store taking turns."
     )
     for n in dict.fromkeys(row[0] for row in rows):
         warm_pg = p50[(n, "PostgreSQL", "memsvc, cache warm")]
@@ -448,6 +449,24 @@ def explain_search(rows: list[tuple]) -> None:
             f"trip); pgvector's own exact scan takes {naive / warm_pg:.0f}x memsvc's "
             f"warm search on PostgreSQL."
         )
+
+
+def print_targets(rows: list[tuple]) -> None:
+    """The two ratios PostgreSQL is held to, for every N of the run."""
+    p50 = {(n, store, path): pct(times, 50) for n, store, path, times, _ in rows}
+    sizes = list(dict.fromkeys(row[0] for row in rows))
+    print(
+        "Targets: PostgreSQL's p50 over SQLite's, measured in this run, the stores taking turns "
+        "(target: at most 1.50)"
+    )
+    for label, path in (
+        ("warm search of a small user (20 memories)", "small user (20), warm"),
+        ("first search of the large user (its load)", FIRST_SEARCH),
+    ):
+        ratios = "  ".join(
+            f"N={n}: {p50[(n, 'PostgreSQL', path)] / p50[(n, 'SQLite', path)]:.2f}x" for n in sizes
+        )
+        print(f"  {label:<44}{ratios}")
 
 
 # -- part 2: app servers -------------------------------------------------------------
@@ -740,6 +759,7 @@ def main() -> None:
     for note in notes:
         print(note)
     explain_search(rows)
+    print_targets(rows)
     print()
 
     server_rows = server_part(args.seconds, args.clients, args.memories)
