@@ -19,13 +19,15 @@ page::
     scale    float32[rows], 1 / |row|
     matrix   float32[rows, dims]
 
-Publishing writes a temporary file in the same folder, flushes it to disk,
-renames it into place and flushes the folder: a reader sees the old file or
-the new one, whole, never part of one. A writer killed half way leaves only
-its temporary file (``.*.tmp``, never opened by a reader) for
-:meth:`SnapshotDir.sweep` to remove. :func:`open_file` checks the magic,
-format, user, dimensions, exact length and both checksums before it maps
-anything, and refuses (None) a file that fails any of them.
+Publishing writes a temporary file in the same folder (rows a block at a
+time, wherever they belong, the header last: until it is complete the file
+is no snapshot file at all), flushes it to disk, renames it into place and
+flushes the folder: a reader sees the old file or the new one, whole, never
+part of one. A writer killed half way leaves only its temporary file
+(``.*.tmp``, never opened by a reader, and with no header) for
+:meth:`SnapshotDir.sweep_temporary` to remove. :func:`open_file` checks the
+magic, format, user, dimensions, exact length and both checksums before it
+maps anything, and refuses (None) a file that fails any of them.
 """
 
 from __future__ import annotations
@@ -204,7 +206,37 @@ def write_file(
     chunk at a time, so that no whole copy is made).
     """
     rows, dims = header.rows, header.dims
-    assert vids.shape == (rows,) and scale.shape == (rows,)
+    assert scale.shape == (rows,)
+    chunk = max(1, (16 << 20) // max(dims * 4, 1))  # 16 MB at a time
+
+    def blocks() -> t.Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for start in range(0, rows, chunk):
+            end = min(start + chunk, rows)
+            block = matrix[start:end] if isinstance(matrix, np.ndarray) else matrix(start, end)
+            yield np.arange(start, end), block, scale[start:end]
+
+    write_blocks(path, header, vids, blocks())
+
+
+def write_blocks(
+    path: str,
+    header: Header,
+    vids: np.ndarray,
+    blocks: t.Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> None:
+    """Publish a file at ``path`` whose rows come a block at a time, in any order.
+
+    ``blocks``: ``(at, rows, scale)``, rows ``at`` (positions in ``vids``)
+    of the matrix and their ``1 / |row|``. Each block is written where it
+    belongs as it comes, so the caller never needs the whole matrix in
+    memory (a user's first file is written straight from the database).
+    Every row must come exactly once (ValueError otherwise: nothing is
+    published). The header is written last: until the file is complete it
+    is no snapshot file at all, even under its final name. Then, as
+    always: flushed, renamed into place, folder flushed.
+    """
+    rows, dims = header.rows, header.dims
+    assert vids.shape == (rows,)
     tenant, user = _name_bytes(header.tenant, header.user_id)
     vids_at, scale_at, matrix_at, length = _layout(rows, dims)
     vids = np.ascontiguousarray(vids, dtype="<i8")
@@ -220,30 +252,54 @@ def write_file(
     )
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(head.ljust(HEADER_BYTES, b"\0"))
-            f.write(vids.tobytes())
-            f.write(b"\0" * (scale_at - vids_at - rows * 8))
-            f.write(np.ascontiguousarray(scale, dtype="<f4").tobytes())
-            f.write(b"\0" * (matrix_at - scale_at - rows * 4))
-            chunk = max(1, (16 << 20) // max(dims * 4, 1))  # 16 MB at a time
-            for start in range(0, rows, chunk):
-                block = (
-                    matrix[start : start + chunk]
-                    if isinstance(matrix, np.ndarray)
-                    else matrix(start, min(start + chunk, rows))
-                )
-                if block.shape != (min(chunk, rows - start), dims):
+        try:
+            os.ftruncate(fd, length)  # the gaps between sections read as zeros
+            _pwrite(fd, vids, vids_at)
+            scale = np.zeros(rows, dtype="<f4")
+            seen = np.zeros(rows, dtype=bool)
+            given = 0
+            for at, block, block_scale in blocks:
+                at = np.asarray(at, dtype=np.int64)
+                if (
+                    block.shape != (len(at), dims)
+                    or block_scale.shape != (len(at),)
+                    or (len(at) and (int(at.min()) < 0 or int(at.max()) >= rows))
+                ):
                     raise ValueError("rows of the wrong shape for a snapshot file")
-                f.write(np.ascontiguousarray(block, dtype="<f4").data)
-            f.flush()
-            os.fsync(f.fileno())
+                seen[at] = True
+                given += len(at)
+                scale[at] = block_scale
+                block = np.ascontiguousarray(block, dtype="<f4")
+                # Rows of consecutive positions (most of them) go in one write.
+                breaks = np.flatnonzero(np.diff(at) != 1) + 1
+                for lo, hi in zip([0, *breaks.tolist()], [*breaks.tolist(), len(at)], strict=True):
+                    _pwrite(fd, block[lo:hi], matrix_at + int(at[lo]) * dims * 4)
+                del block
+            if given != rows or not seen.all():
+                raise ValueError(
+                    f"a snapshot file of {rows} rows was given {given}, "
+                    f"{rows - int(seen.sum())} of its rows never"
+                )
+            _pwrite(fd, scale, scale_at)
+            _pwrite(fd, head.ljust(HEADER_BYTES, b"\0"), 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
     _fsync_dir(folder)
+
+
+def _pwrite(fd: int, data: t.Any, offset: int) -> None:
+    """All of ``data`` (bytes, or a contiguous array) at ``offset``."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
 
 
 def _fsync_dir(folder: str) -> None:

@@ -66,6 +66,51 @@ def test_a_damaged_file_is_refused(tmp_path, damage):
     assert shared.open_file(path, "t", "u", DIMS) is None
 
 
+def test_rows_given_in_blocks_in_any_order_make_the_same_file(tmp_path):
+    """A file written from blocks as a store reads them (any sizes, any order) is the same file."""
+    (tmp_path / "whole").mkdir()
+    path, vids, scale, matrix = publish(tmp_path / "whole")
+    whole = pathlib.Path(path).read_bytes()
+    rng = np.random.default_rng(1)
+    order = np.arange(len(vids))
+    order[10:20] = order[10:20][::-1]  # runs broken inside blocks too
+    order[30:40] = rng.permutation(order[30:40])
+    cuts = [0, 1, 7, 8, 25, 26, 44, len(order)]
+    blocks = [order[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    blocks = [blocks[i] for i in rng.permutation(len(blocks))]
+    (tmp_path / "blocks").mkdir()
+    again = str(tmp_path / "blocks" / os.path.basename(path))
+    header = shared.Header("t", "u", 1, 0, 0, len(vids), DIMS)
+    shared.write_blocks(again, header, vids, ((at, matrix[at], scale[at]) for at in blocks))
+    assert pathlib.Path(again).read_bytes() == whole
+    assert os.listdir(tmp_path / "blocks") == [os.path.basename(path)]
+
+
+@pytest.mark.parametrize("fault", ["a row missing", "a row twice", "a row past the end",
+                                   "a negative position", "rows of another size"])  # fmt: skip
+def test_blocks_that_do_not_give_every_row_once_publish_nothing(tmp_path, fault):
+    path, vids, scale, matrix = publish(tmp_path)
+    before = pathlib.Path(path).read_bytes()
+    at = np.arange(len(vids))
+    rows = matrix
+    if fault == "a row missing":
+        at, rows = at[:-1], rows[:-1]
+    elif fault == "a row twice":
+        at, rows = np.r_[at, 3], np.vstack([rows, rows[3]])
+    elif fault == "a row past the end":
+        at = at + 1
+    elif fault == "a negative position":
+        at = at - 1
+    else:
+        rows = np.hstack([rows, rows])
+    blocks = [(at, rows, np.ones(len(at), dtype=np.float32))]
+    header = shared.Header("t", "u", 1, 1, 0, len(vids), DIMS)
+    with pytest.raises(ValueError):
+        shared.write_blocks(path, header, vids, blocks)
+    assert pathlib.Path(path).read_bytes() == before  # the old file stays, whole
+    assert os.listdir(tmp_path) == [os.path.basename(path)]
+
+
 def test_a_file_of_another_user_or_size_is_refused(tmp_path):
     path, *_ = publish(tmp_path, user="someone else")
     os.rename(path, shared.SnapshotDir(str(tmp_path), 0).file_of("t", "u"))
@@ -104,6 +149,8 @@ def test_a_writer_killed_half_way_leaves_the_old_file_whole(tmp_path):
     assert f is not None and np.array_equal(f.vids, vids) and np.array_equal(f.matrix, matrix)
     files = shared.SnapshotDir(str(tmp_path), 2**30)
     assert files.files() == [path]  # the temporary file is no snapshot file
+    [leftover] = [n for n in os.listdir(tmp_path) if n.endswith(shared.TMP_SUFFIX)]
+    assert shared.read_header(str(tmp_path / leftover)) is None  # nor would it be, renamed
     assert files.sweep_temporary() == 1
     assert os.listdir(tmp_path) == [os.path.basename(path)]
 
