@@ -362,6 +362,20 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def vector_blocks(
+        self, tenant: str, user_id: str, vids: np.ndarray
+    ) -> t.Iterator[tuple[np.ndarray, np.ndarray]]:
+        """All of one user's vectors a block at a time (a few MB), never all at once.
+
+        ``vids`` are all of the user's vector ids, ascending. Yields
+        ``(at, rows)``: float32 vectors and their positions in ``vids``,
+        every position once over all the blocks, in any order (mostly
+        ascending). RuntimeError if the stored vectors are not exactly
+        ``vids``. A caller that stops early leaves the read unfinished:
+        on PostgreSQL, that cancels it (and so the transaction).
+        """
+
+    @abc.abstractmethod
     def postings(self, user_key: int, terms: t.Sequence[int]) -> list[tuple[int, int, int, int]]:
         """``(term, seq, tf, dl)`` of the user's memories holding any of ``terms``.
 

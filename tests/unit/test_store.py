@@ -1,3 +1,4 @@
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -508,3 +509,46 @@ def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
         np.testing.assert_array_equal(vs, vectors[memories.index(m)])
         assert hist == hist1
     assert sum(len(h) for _, h in bulk) == 2 * len(range(0, 30, 4))
+
+
+def test_a_users_vectors_come_in_blocks_as_they_are_read_whole(store, store_kind, monkeypatch):
+    """``vector_blocks``: every vector once, at its position, a few rows at a time; errors told."""
+    from memsvc.store.postgres import store as pg_store
+    from memsvc.store.sqlite import vec0
+
+    monkeypatch.setattr(vec0, "BLOCK_BYTES", 20 * 16 * 4)  # 20 rows
+    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)  # blocks of 3 ids from PostgreSQL
+    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 13 * 16 * 4)  # 13 rows on
+    rng = np.random.default_rng(3)
+    memories = [memory(user="u", content=f"fact {i}", created_at=i) for i in range(203)]
+    vectors = [unit(rng.standard_normal((1 + i % 3, 16))) for i in range(203)]
+    with store.write():
+        store.insert_memories(memories, vectors)
+        store.insert_memories([memory(user="other")], [rand(seed=9)[None, :]])
+    with store.write():
+        for m in memories[::7] + memories[-5:-1]:
+            store.delete_memory("t1", m.id)
+    # New vectors after the deletions (SQLite: in freed slots of the last chunk, out of order).
+    with store.write():
+        store.insert_memories(
+            [memory(user="u", content="late")], [unit(rng.standard_normal((3, 16)))]
+        )
+    entries = store.entries("t1", "u")
+    vids = np.concatenate([np.arange(e.first_vid, e.first_vid + e.windows) for e in entries])
+    for in_transaction in (False, True):
+        with store.read() if in_transaction else contextlib.nullcontext():
+            whole = store.vectors("t1", "u", vids, whole_user=True)
+            blocks = list(store.vector_blocks("t1", "u", vids))
+        assert len(blocks) > 10
+        at = np.concatenate([a for a, _ in blocks])
+        assert sorted(at.tolist()) == list(range(len(vids)))
+        got = np.zeros_like(whole)
+        got[at] = np.concatenate([rows for _, rows in blocks])
+        assert got.dtype == np.float32 and np.array_equal(got, whole)
+    for wrong in (vids[:-1], vids[1:], np.r_[vids, vids[-1] + 1]):  # not all theirs, or more
+        with store.read():
+            with pytest.raises(RuntimeError, match="vectors"):
+                list(store.vector_blocks("t1", "u", wrong))
+    with store.read():
+        assert list(store.vector_blocks("t1", "nobody", np.zeros(0, dtype=np.int64))) == []
+        assert store.user_state("t1", "u") is not None  # the connection goes on

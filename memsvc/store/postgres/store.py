@@ -490,24 +490,27 @@ class PgStore(SqlStore):
         kept in the row, takes PostgreSQL a third of the time ``embedding``
         did (see the schema).
         """
-        ids = [int(v) for v in vids]
-        starts = list(range(0, len(ids), _BLOCK_VECTORS)) or [0]
-        lows = [-(2**63)] + [ids[i] for i in starts[1:]]
-        highs = [low - 1 for low in lows[1:]] + [2**63 - 1]
-        reader = _VectorBlocks(starts, [min(_BLOCK_VECTORS, len(ids) - i) for i in starts], spare)
+        starts, expected, lows, highs = _blocks_of(vids)
+        reader = _VectorBlocks(starts, expected, spare)
         with self.conn.cursor() as cur:
-            with cur.copy(
-                "COPY (SELECT b.n, a.count, a.floats FROM unnest(%s::bigint[], %s::bigint[]) "
-                "WITH ORDINALITY AS b (low, high, n) CROSS JOIN LATERAL ("
-                "SELECT count(*) AS count, "
-                "string_agg(v.floats, ''::bytea ORDER BY v.vid) AS floats "
-                "FROM memory_vectors AS v WHERE v.tenant = %s AND v.user_id = %s "
-                "AND v.vid BETWEEN b.low AND b.high) AS a) TO STDOUT (FORMAT BINARY)",
-                (lows, highs, tenant, user_id),
-            ) as copy:
+            with cur.copy(_COPY_BLOCKS, (lows, highs, tenant, user_id)) as copy:
                 for data in copy:
                     reader.feed(data)
         return reader.finish(f"vectors of {tenant}/{user_id}")
+
+    def vector_blocks(
+        self, tenant: str, user_id: str, vids: np.ndarray
+    ) -> t.Iterator[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`_whole_user`'s COPY, its vectors handed on about 8 MB at a time, not kept."""
+        starts, expected, lows, highs = _blocks_of(vids)
+        reader = _VectorsHandedOn(starts, expected)
+        with self.conn.cursor() as cur:
+            with cur.copy(_COPY_BLOCKS, (lows, highs, tenant, user_id)) as copy:
+                for data in copy:
+                    reader.feed(data)
+                    yield from reader.handed()
+        reader.finish(f"vectors of {tenant}/{user_id}")
+        yield from reader.handed(last=True)
 
     # -- re-embedding ------------------------------------------------------------
 
@@ -648,6 +651,30 @@ class _PgAhead(Ahead):
 #: Vectors per block of a user's load (:meth:`PgStore._whole_user`).
 _BLOCK_VECTORS = 32
 
+#: A user's vectors in blocks (see :meth:`PgStore._whole_user`): each block's
+#: number, count and floats, for blocks of ids given by their bounds.
+_COPY_BLOCKS = (
+    "COPY (SELECT b.n, a.count, a.floats FROM unnest(%s::bigint[], %s::bigint[]) "
+    "WITH ORDINALITY AS b (low, high, n) CROSS JOIN LATERAL ("
+    "SELECT count(*) AS count, "
+    "string_agg(v.floats, ''::bytea ORDER BY v.vid) AS floats "
+    "FROM memory_vectors AS v WHERE v.tenant = %s AND v.user_id = %s "
+    "AND v.vid BETWEEN b.low AND b.high) AS a) TO STDOUT (FORMAT BINARY)"
+)
+
+
+def _blocks_of(vids: np.ndarray) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The blocks of :data:`_COPY_BLOCKS` for ``vids`` (ascending).
+
+    Where each starts, how many vectors it must hold, and its bounds, which
+    cover every possible id: a vector missing or extra shows in a count.
+    """
+    ids = [int(v) for v in vids]
+    starts = list(range(0, len(ids), _BLOCK_VECTORS)) or [0]
+    lows = [-(2**63)] + [ids[i] for i in starts[1:]]
+    highs = [low - 1 for low in lows[1:]] + [2**63 - 1]
+    return starts, [min(_BLOCK_VECTORS, len(ids) - i) for i in starts], lows, highs
+
 
 class _VectorBlocks:
     """A ``COPY ... (FORMAT BINARY)`` of blocks of vectors, into one float32 array.
@@ -672,6 +699,7 @@ class _VectorBlocks:
         self.n = sum(expected)
         self.counts: list[int | None] = [None] * len(starts)
         self.out: np.ndarray | None = None
+        self.dims = 0  # from the first block
         self._pending = bytearray()
         self._started = False
         self._ended = False
@@ -737,15 +765,55 @@ class _VectorBlocks:
         self.counts[i] = count
         if count != self.expected[i] or count == 0:
             return  # finish() says what was found
-        if self.out is None:
-            self.out = np.zeros((self.n + self.spare, length // 4 // count), dtype=np.float32)
-        dims = self.out.shape[1]
+        dims = self.dims or length // 4 // count
         if length != 4 * dims * count:
             raise RuntimeError("COPY of vectors: a vector of another length")
-        start = self.starts[i]
-        self.out[start : start + count] = np.frombuffer(
-            buf, dtype=">f4", count=count * dims, offset=offset
-        ).reshape(count, dims)
+        self.dims = dims
+        rows = np.frombuffer(buf, dtype=">f4", count=count * dims, offset=offset)
+        self._take(self.starts[i], rows.reshape(count, dims))
+
+    def _take(self, start: int, rows: np.ndarray) -> None:
+        """A block's vectors (big-endian, where the bytes lie), for rows ``start`` on."""
+        if self.out is None:
+            self.out = np.zeros((self.n + self.spare, self.dims), dtype=np.float32)
+        self.out[start : start + len(rows)] = rows
+
+
+class _VectorsHandedOn(_VectorBlocks):
+    """:class:`_VectorBlocks` handing its vectors on about 8 MB at a time, not keeping them."""
+
+    BLOCK_BYTES = 8 << 20
+
+    def __init__(self, starts: list[int], expected: list[int]):
+        super().__init__(starts, expected, 0)
+        self._at = np.zeros(0, dtype=np.int64)
+        self._rows: np.ndarray | None = None
+        self._held = 0
+        self._ready: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def _take(self, start: int, rows: np.ndarray) -> None:
+        count, dims = rows.shape
+        if self._rows is not None and self._held + count > len(self._rows):
+            self._hand_on()
+        if self._rows is None:
+            self._rows = np.empty((max(self.BLOCK_BYTES // (4 * dims), count), dims), np.float32)
+            self._at = np.empty(len(self._rows), dtype=np.int64)
+            self._held = 0
+        self._rows[self._held : self._held + count] = rows
+        self._at[self._held : self._held + count] = np.arange(start, start + count)
+        self._held += count
+
+    def _hand_on(self) -> None:
+        if self._rows is not None and self._held:
+            self._ready.append((self._at[: self._held], self._rows[: self._held]))
+        self._rows = None
+
+    def handed(self, last: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The blocks filled since the last call: ``(positions, rows)``; ``last``: all the rest."""
+        if last:
+            self._hand_on()
+        ready, self._ready = self._ready, []
+        return ready
 
 
 def _f32(vector: np.ndarray) -> np.ndarray:

@@ -336,6 +336,12 @@ class SqliteStore(SqlStore):
         out[: len(vids)] = found
         return out
 
+    def vector_blocks(
+        self, tenant: str, user_id: str, vids: np.ndarray
+    ) -> t.Iterator[tuple[np.ndarray, np.ndarray]]:
+        """All of the user's vectors, 8 MB at a time, straight from vec0's chunks."""
+        return vec0.vector_blocks(self.conn, tenant, user_id, vids)
+
     # -- re-embedding -------------------------------------------------------
 
     def switch_to_staged(self, embedder_id: str, dimensions: int) -> None:

@@ -8,6 +8,8 @@ so a sqlite-vec upgrade that changes the layout fails there first.
 
 from __future__ import annotations
 
+import typing as t
+
 import numpy as np
 
 from .connection import Connection
@@ -51,23 +53,18 @@ def render(statement: str, dimensions: int) -> str:
     )
 
 
-def read_vectors(
-    conn: Connection,
-    tenant: str,
-    user_id: str,
-    seqs: np.ndarray,
-    spare: int = 0,
-    subset: bool = False,
-) -> np.ndarray:
-    """The vectors of ``seqs`` (ascending rowids) of one partition, plus ``spare`` zero rows.
+#: About how many bytes of vectors :func:`vector_blocks` hands on at a time.
+BLOCK_BYTES = 8 << 20
 
-    ``seqs`` are all of the partition's rowids, or with ``subset`` some of
-    them (every chunk is still read).
+
+def _chunks(
+    conn: Connection, tenant: str, user_id: str
+) -> t.Iterator[tuple[np.ndarray, np.ndarray, bytes]]:
+    """Each chunk of one partition: its slots' rowids, which slots are in use, its vectors' blob.
 
     A chunk row holds a validity bitmap (bit i little-endian: slot i is in
     use), the slots' rowids (int64) and, in the vector chunk table, the
-    slots' vectors (float32) back to back. Each chunk is copied straight
-    into its rows of one array: no intermediate copies.
+    slots' vectors (float32) back to back.
     """
     cursor = conn.execute(
         # vec0 declares a column named "rowid" in this table, which hides
@@ -79,13 +76,30 @@ def read_vectors(
         "WHERE c.partition00 = ? AND c.partition01 = ?",
         (tenant, user_id),
     )
-    n = len(seqs)
-    out: np.ndarray | None = None
-    filled = 0
     for validity, rowids, blob in cursor:
         ids = np.frombuffer(rowids, dtype=np.int64)
         valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
-        valid = valid[: len(ids)].astype(bool)
+        yield ids, valid[: len(ids)].astype(bool), blob
+
+
+def read_vectors(
+    conn: Connection,
+    tenant: str,
+    user_id: str,
+    seqs: np.ndarray,
+    spare: int = 0,
+    subset: bool = False,
+) -> np.ndarray:
+    """The vectors of ``seqs`` (ascending rowids) of one partition, plus ``spare`` zero rows.
+
+    ``seqs`` are all of the partition's rowids, or with ``subset`` some of
+    them (every chunk is still read). Each chunk is copied straight into
+    its rows of one array: no intermediate copies.
+    """
+    n = len(seqs)
+    out: np.ndarray | None = None
+    filled = 0
+    for ids, valid, blob in _chunks(conn, tenant, user_id):
         if subset:
             valid &= np.isin(ids, seqs)
         if not valid.any():
@@ -99,6 +113,48 @@ def read_vectors(
     if out is None or filled != n:
         raise RuntimeError(f"vectors of {tenant}/{user_id}: found {filled} of {n}")
     return out
+
+
+def vector_blocks(
+    conn: Connection, tenant: str, user_id: str, seqs: np.ndarray
+) -> t.Iterator[tuple[np.ndarray, np.ndarray]]:
+    """All of one partition's vectors, about :data:`BLOCK_BYTES` at a time: ``(at, rows)``.
+
+    ``seqs`` are all of the partition's rowids, ascending; ``at`` are the
+    rows' positions in ``seqs`` (chunks come in chunk order, so mostly
+    ascending). Each block is a new array, filled straight from the chunks.
+    RuntimeError if a stored rowid is not one of ``seqs``, or there are not as many.
+    """
+    n = len(seqs)
+    found = 0
+    block: np.ndarray | None = None
+    at = np.zeros(0, dtype=np.int64)
+    held = 0
+    for ids, valid, blob in _chunks(conn, tenant, user_id):
+        count = int(valid.sum())
+        if not count:
+            continue
+        vecs = np.frombuffer(blob, dtype=np.float32).reshape(len(ids), -1)
+        if block is not None and held + count > len(block):
+            yield at[:held], block[:held]
+            block = None
+        if block is None:
+            block = np.empty((max(BLOCK_BYTES // vecs[0].nbytes, count), vecs.shape[1]), np.float32)
+            at = np.empty(len(block), dtype=np.int64)
+            held = 0
+        if count < len(ids):
+            ids, vecs = ids[valid], vecs[valid]
+        where = np.searchsorted(seqs, ids)
+        if int(where.max()) >= n or not np.array_equal(seqs[where], ids):
+            raise RuntimeError(f"vectors of {tenant}/{user_id}: a vector that is not theirs")
+        at[held : held + count] = where
+        block[held : held + count] = vecs
+        held += count
+        found += count
+    if block is not None and held:
+        yield at[:held], block[:held]
+    if found != n:
+        raise RuntimeError(f"vectors of {tenant}/{user_id}: found {found} of {n}")
 
 
 def erase_partition(conn: Connection, tenant: str, user_id: str) -> int:
