@@ -470,18 +470,71 @@ class SearchCache:
         # waits, then maps what it published.
         with self.files.writing(path):
             snap = self._attach(store, tenant, user_id, state, entries, path)
-            if snap is not None:
-                del entries
-                _release_free_memory()
-                return snap
-            # No usable file: read every vector once, publish them, map them.
-            whole = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
-                         entries=entries)  # fmt: skip
-            assert whole is not None
-            snap = self._publish(tenant, user_id, whole) or whole
-        del whole, entries
+            if snap is None:
+                snap = self._first_file(store, tenant, user_id, state, entries, path)
+        if snap is None:  # no file can be written: the user stays in this worker
+            snap = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
+                        entries=entries)  # fmt: skip
+        del entries
         _release_free_memory()
         return snap
+
+    def _first_file(
+        self,
+        store: Store,
+        tenant: str,
+        user_id: str,
+        state: UserState,
+        entries: list[Entry],
+        path: str,
+    ) -> Snapshot | None:
+        """Write the user's file straight from the store and map it; None if it cannot be.
+
+        The vectors go from the store to the file a block at a time
+        (:meth:`Store.vector_blocks`): this worker never holds the user's
+        matrix, only a block or two of it (8 MB each).
+        """
+        assert self.files is not None
+        try:
+            self.files.make()
+        except OSError as e:
+            self._cannot_write(path, e)
+            return None
+        vids = _vids(entries)
+        header = shared.Header(
+            tenant, user_id, state.user_key, state.generation, state.deletes, len(vids),
+            self.dimensions,
+        )  # fmt: skip
+        blocks = store.vector_blocks(tenant, user_id, vids)
+        try:
+            shared.write_blocks(
+                path, header, vids, ((at, rows, _inverse_norms(rows)) for at, rows in blocks)
+            )
+        except (OSError, ValueError) as e:
+            # Read to the end all the same: a read cut short would be
+            # cancelled, and with it the read transaction (PostgreSQL).
+            for _ in blocks:
+                pass
+            if isinstance(e, OSError):
+                self._cannot_write(path, e)
+            else:  # vectors of another size (an earlier model's): not this cache's
+                log.info("search cache: not writing %s (%s)", path, e)
+            return None
+        self.files.fit(keep=path)
+        found = shared.open_file(path, tenant, user_id, self.dimensions)
+        if found is None:
+            return None  # removed at once (erased meanwhile)
+        return _assemble(
+            state, entries, found, lambda vids: store.vectors(tenant, user_id, vids),
+            self.column_budget,
+        )  # fmt: skip
+
+    def _cannot_write(self, path: str, error: OSError) -> None:
+        """No more files from this worker: its users stay in its memory."""
+        if not self._write_failed:
+            log.warning("search cache: cannot write %s (%s); keeping vectors per worker",
+                        path, error)  # fmt: skip
+        self._write_failed = True
 
     def _attach(
         self,
@@ -526,10 +579,7 @@ class SearchCache:
                 path, header, vids, snap.take_scale(rows), lambda a, b: snap.take(rows[a:b])
             )
         except OSError as e:
-            if not self._write_failed:
-                log.warning("search cache: cannot write %s (%s); keeping vectors per worker",
-                            path, e)  # fmt: skip
-            self._write_failed = True
+            self._cannot_write(path, e)
             return None
         self.files.fit(keep=path)
         found = shared.open_file(path, tenant, user_id, self.dimensions)
@@ -632,9 +682,9 @@ class SearchCache:
 def _release_free_memory() -> None:
     """Give the C heap's free pages back to the system (glibc keeps them, per thread arena).
 
-    A user's first load reads every vector into this process before they
-    are written to the file, and any load lists every memory; without this,
-    the freed buffers would stay counted in the worker's private memory.
+    Any load lists every memory, and a first load passes the user's vectors
+    through a block at a time; without this, the freed buffers would stay
+    counted in the worker's private memory.
     """
     trim = _malloc_trim()
     if trim is not None:

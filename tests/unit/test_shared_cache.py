@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import pathlib
+import subprocess
+import sys
+import textwrap
+import uuid
 
 import numpy as np
 import pytest
 
+from memsvc.models import Memory
 from memsvc.search import SearchCache
+from memsvc.search import cache as cache_module
 from memsvc.search import shared
+from memsvc.store.postgres import store as pg_store
+from memsvc.store.sqlite import vec0
+from tests.support.servers import REPO
+from tests.support.stores import close_store
+from tests.support.stores import open_store
 from tests.unit.test_search import DIMS
 from tests.unit.test_search import add
 from tests.unit.test_search import check_all_paths
 from tests.unit.test_search import db  # noqa: F401 (a fixture)
 from tests.unit.test_search import ids
 from tests.unit.test_search import search
+
+MB = 2**20
 
 
 def workers(folder: pathlib.Path, n: int = 2, max_bytes: int = 64 * 2**20, min_bytes: int = 0):
@@ -167,3 +182,155 @@ def test_a_folder_that_cannot_be_written_keeps_users_in_the_worker(db, tmp_path)
         check_all_paths(store, a, "u", query, 10, 0)
     assert a._entries[("t", "u")].file is None
     a.prune(store)  # and maintenance copes too
+
+
+def add_windows(store, rng, count, user="u"):
+    """``count`` memories of 1 to 3 windows each, some deleted: gaps in the vector ids."""
+    memories = [Memory(str(uuid.uuid4()), "t", user, f"m{i}", {}, 1000 + i, 1000 + i)
+                for i in range(count)]  # fmt: skip
+    vectors = [rng.standard_normal((1 + i % 3, DIMS)).astype(np.float32) for i in range(count)]
+    with store.write():
+        store.insert_memories(memories, vectors)
+    with store.write():
+        for m in memories[::9]:
+            store.delete_memory("t", m.id)
+
+
+def small_blocks(monkeypatch):
+    monkeypatch.setattr(vec0, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
+    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)
+    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
+
+
+def test_a_first_load_writes_the_file_that_publishing_the_whole_user_would(
+    db,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Straight from the store, a block at a time: the same bytes as from a whole snapshot."""
+    _, store = db
+    small_blocks(monkeypatch)
+    rng = np.random.default_rng(8)
+    add_windows(store, rng, 120)
+    [a] = workers(tmp_path / "now", 1)
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    check_all_paths(store, a, "u", query, 10, 0)
+    view = a._entries[("t", "u")]
+    assert view.file is not None and view.matrix.nbytes == 0  # every vector is the file's
+    written = pathlib.Path(a.files.file_of("t", "u")).read_bytes()
+    # As the first load wrote it before: every vector read into memory, then published.
+    [b] = workers(tmp_path / "before", 1)
+    with store.read():
+        whole = cache_module.load(store, "t", "u", store.user_state("t", "u"))
+    assert b._publish("t", "u", whole) is not None
+    assert pathlib.Path(b.files.file_of("t", "u")).read_bytes() == written
+    assert temporary(tmp_path / "now") == []
+
+
+@pytest.mark.parametrize("fault", ["the disk fills up", "vectors of another size"])
+def test_a_first_file_that_cannot_be_written_leaves_the_user_in_the_worker(
+    db,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    fault,
+):
+    """Half way through the blocks: no file, no leftover, the read ended whole, searches exact."""
+    _, store = db
+    small_blocks(monkeypatch)
+    rng = np.random.default_rng(9)
+    add_windows(store, rng, 120)
+    dims = DIMS
+    if fault == "the disk fills up":
+        pwrite, calls = shared._pwrite, []
+
+        def failing(fd, data, offset):
+            calls.append(offset)
+            if len(calls) > 4:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            pwrite(fd, data, offset)
+
+        monkeypatch.setattr(shared, "_pwrite", failing)
+    else:
+        dims = DIMS + 1  # this worker's embedder is not the one the vectors came from
+    [a] = [SearchCache(64 * MB, dims, shared_dir=str(tmp_path / "snapshots"), share_min_bytes=0)]
+    query = rng.standard_normal(DIMS).astype(np.float32)
+    for _ in range(2):
+        check_all_paths(store, a, "u", query, 10, 0)  # (PostgreSQL: a COPY cancelled fails this)
+    assert a._entries[("t", "u")].file is None
+    assert os.listdir(tmp_path / "snapshots") in ([], [shared.LOCK_NAME])
+    assert a._write_failed == (fault == "the disk fills up")
+
+
+ROWS, WIDE = 8000, 1536  # a 49 MB matrix
+
+PEAK_SCRIPT = """
+import json, os, sys, threading, time
+import numpy as np
+from memsvc import clock
+from memsvc.search import Scope, SearchCache, nearest
+from memsvc.store.postgres import store as pg_store
+from memsvc.store.sqlite import vec0
+from tests.support.stores import open_store
+
+vec0.BLOCK_BYTES = pg_store._VectorsHandedOn.BLOCK_BYTES = 1 << 20
+store = open_store(sys.argv[1])
+cache = SearchCache(1 << 30, {wide}, shared_dir=sys.argv[2], share_min_bytes=0)
+query = np.ones({wide}, dtype=np.float32)
+
+
+def search(user):
+    return nearest(store, cache, "t", user, query, 5, 0.0, Scope(clock.now_ms()))
+
+
+def anonymous():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssAnon:")) * 1024
+
+
+search("small")  # every code path run once: what the large user adds is the large user
+before = anonymous()
+peak, done = before, False
+
+
+def sample():
+    global peak
+    while not done:
+        peak = max(peak, anonymous())
+        time.sleep(0.0005)
+
+
+sampler = threading.Thread(target=sample)
+sampler.start()
+found = search("large")
+done = True
+sampler.join()
+print(json.dumps({{"peak": peak - before, "after": anonymous() - before, "found": len(found),
+                  "file": cache.peek("t", "large").file is not None}}))
+"""
+
+
+def test_a_first_load_never_holds_the_users_vectors_in_the_workers_memory(database, tmp_path):
+    """The loading process's anonymous memory peaks at a few blocks, not at the matrix."""
+    store = open_store(database)
+    try:
+        store.migrate("test:random", WIDE)
+        rng = np.random.default_rng(10)
+        for user, count in (("small", 10), ("large", ROWS)):
+            for start in range(0, count, 2000):
+                n = min(2000, count - start)
+                memories = [Memory(str(uuid.uuid4()), "t", user, f"m{i}", {}, 1000 + i, 1000 + i)
+                            for i in range(start, start + n)]  # fmt: skip
+                with store.write():
+                    store.insert_memories(memories, rng.standard_normal((n, WIDE)).astype("f4"))
+    finally:
+        close_store(store)
+    script = textwrap.dedent(PEAK_SCRIPT.format(wide=WIDE))
+    out = subprocess.run(
+        [sys.executable, "-c", script, database, str(tmp_path / "snapshots")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    measured = json.loads(out.stdout)
+    matrix = ROWS * WIDE * 4
+    assert measured["found"] == 5 and measured["file"]
+    # Before, the whole matrix (49 MB) was read into the process, then written.
+    assert measured["peak"] < 0.2 * matrix, measured
