@@ -31,6 +31,7 @@ from ..base import MEMORY_COLUMNS
 from ..base import Ahead
 from ..base import Entry
 from ..base import UserState
+from ..base import block_array
 from ..base import memory_of
 from ..sql import Cursor
 from ..sql import SqlStore
@@ -796,7 +797,7 @@ class _VectorsHandedOn(_VectorBlocks):
         if self._rows is not None and self._held + count > len(self._rows):
             self._hand_on()
         if self._rows is None:
-            self._rows = np.empty((max(self.BLOCK_BYTES // (4 * dims), count), dims), np.float32)
+            self._rows = block_array(max(self.BLOCK_BYTES // (4 * dims), count), dims)
             self._at = np.empty(len(self._rows), dtype=np.int64)
             self._held = 0
         self._rows[self._held : self._held + count] = rows

@@ -12,6 +12,7 @@ import typing as t
 
 import numpy as np
 
+from ..base import block_array
 from .connection import Connection
 
 # vec0 allocates chunk_size vectors per partition (tenant + user) up front.
@@ -122,7 +123,8 @@ def vector_blocks(
 
     ``seqs`` are all of the partition's rowids, ascending; ``at`` are the
     rows' positions in ``seqs`` (chunks come in chunk order, so mostly
-    ascending). Each block is a new array, filled straight from the chunks.
+    ascending). Each block is a new array (:func:`~memsvc.store.base.block_array`),
+    filled straight from the chunks.
     RuntimeError if a stored rowid is not one of ``seqs``, or there are not as many.
     """
     n = len(seqs)
@@ -139,7 +141,7 @@ def vector_blocks(
             yield at[:held], block[:held]
             block = None
         if block is None:
-            block = np.empty((max(BLOCK_BYTES // vecs[0].nbytes, count), vecs.shape[1]), np.float32)
+            block = block_array(max(BLOCK_BYTES // vecs[0].nbytes, count), vecs.shape[1])
             at = np.empty(len(block), dtype=np.int64)
             held = 0
         if count < len(ids):
