@@ -15,7 +15,10 @@ through memsvc's store in batches of 1,000; queries drawn the same way.
    (Private_Clean + Private_Dirty: its own pages, and pages of files no
    other process maps), its shared memory and its proportional share
    (Pss), and what its private memory grew by since before its first
-   search; then 200 sequential warm searches over HTTP give p50/p95.
+   search; meanwhile both workers' anonymous memory is sampled every 5 ms
+   (the most each held above its idle while the user was being loaded:
+   a private copy of the vectors would show there, whatever became of it
+   afterwards); then 200 sequential warm searches over HTTP give p50/p95.
 2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
    with the per-worker cache and with the shared one, queries interleaved
    (each cache first half of the time), p50/p95 and the ratio; the first
@@ -138,22 +141,40 @@ def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float,
         assert len(pids) == 2, pids
         before = {p: smaps(p) for p in pids}
         idle = {p: before[p]["Rss"] for p in pids}
+        peak = {p: before[p]["Anonymous"] for p in pids}
+        loading = True
+
+        def sample() -> None:
+            while loading:
+                for p in pids:
+                    peak[p] = max(peak[p], smaps(p)["Anonymous"])
+                time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
         # Until both workers hold the user: concurrent searches reach both.
         deadline = time.monotonic() + 600
-        while min(smaps(p)["Rss"] - idle[p] for p in pids) < 0.9 * matrix_mb:
-            assert time.monotonic() < deadline, [smaps(p) for p in pids]
-            threads = [
-                threading.Thread(
-                    target=lambda: [search(i, requests.Session()) for i in range(len(texts))]
-                )
-                for _ in range(4)
-            ]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+        try:
+            while min(smaps(p)["Rss"] - idle[p] for p in pids) < 0.9 * matrix_mb:
+                assert time.monotonic() < deadline, [smaps(p) for p in pids]
+                threads = [
+                    threading.Thread(
+                        target=lambda: [search(i, requests.Session()) for i in range(len(texts))]
+                    )
+                    for _ in range(4)
+                ]
+                for th in threads:
+                    th.start()
+                for th in threads:
+                    th.join()
+        finally:
+            loading = False
+            sampler.join()
         time.sleep(1)
-        memory = [{**smaps(p), "idle": _private(before[p])} for p in pids]
+        memory = [
+            {**smaps(p), "idle": _private(before[p]), "peak": peak[p] - before[p]["Anonymous"]}
+            for p in pids
+        ]
         session = requests.Session()
         times = []
         for i in range(n_queries):
@@ -243,7 +264,8 @@ def main() -> None:
         print()
         print("gunicorn, 2 workers: each worker's memory once both have searched the user (MB)")
         print(f"{'cache':<22}{'worker':>7}{'Rss':>7}{'Shared':>8}{'Private':>9}{'(dirty':>8}"
-              f"{'clean)':>8}{'Pss':>6}{'idle':>6}{'added':>7}{'added/matrix':>14}")  # fmt: skip
+              f"{'clean)':>8}{'Pss':>6}{'idle':>6}{'added':>7}{'added/matrix':>14}"
+              f"{'load peak':>11}")  # fmt: skip
         for name, (memory, _) in results.items():
             for w, m in enumerate(memory):
                 private = _private(m)
@@ -251,8 +273,11 @@ def main() -> None:
                 added = private - m["idle"]
                 print(f"{name:<22}{w + 1:>7}{m['Rss']:>7.0f}{shared:>8.0f}{private:>9.0f}"
                       f"{m['Private_Dirty']:>8.0f}{m['Private_Clean']:>8.0f}{m['Pss']:>6.0f}"
-                      f"{m['idle']:>6.0f}{added:>7.0f}{added / matrix_mb:>14.1%}")  # fmt: skip
-        print("(idle: the worker's private memory before its first search; added: since)")
+                      f"{m['idle']:>6.0f}{added:>7.0f}{added / matrix_mb:>14.1%}"
+                      f"{m['peak']:>11.0f}")  # fmt: skip
+        print("(idle: the worker's private memory before its first search; added: since; "
+              "load peak: the most anonymous memory it held above idle while the user was "
+              "loaded)")  # fmt: skip
         print()
         print(f"gunicorn, warm memory.search over HTTP ({args.queries} sequential, top {K})")
         print(f"{'cache':<22}{'p50 ms':>9}{'p95 ms':>9}{'x before':>10}")
