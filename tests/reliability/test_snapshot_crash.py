@@ -1,13 +1,15 @@
 """A worker killed with SIGKILL while it writes a snapshot file leaves nothing read wrong.
 
 Real gunicorn (2 workers) shares a large user's vectors through snapshot
-files (every user shared here). Each cycle writes to the user through
-another connection, so that the next search publishes a new file, sends that
-search, and SIGKILLs the worker the moment its temporary file appears (its
-pid is in the name), half way through writing it. gunicorn starts a new
-worker. Then every published file must open as whole and hold exactly the
-stored vectors of the ids it names; searches through every worker find each
-probed memory first, with similarity 1; and maintenance removes the killed
+files (every user shared here), on SQLite and on PostgreSQL. Each cycle
+writes to the user through another connection, so that the next search
+publishes a new file, sends that search, and SIGKILLs the worker the moment
+its temporary file appears (its pid is in the name), half way through
+writing it: the first cycle catches a first load, which writes the file
+while it reads the vectors from the database. gunicorn starts a new worker.
+Then every published file must open as whole and hold exactly the stored
+vectors of the ids it names; searches through every worker find each probed
+memory first, with similarity 1; and maintenance removes the killed
 writers' temporary files.
 """
 
@@ -28,11 +30,11 @@ import requests
 
 from memsvc.models import Memory
 from memsvc.search import shared
-from memsvc.store import SqliteStore
-from memsvc.store import connect
 from tests.support.fake_provider import UnitProvider
 from tests.support.fake_provider import unit_vector
 from tests.support.servers import start_server
+from tests.support.stores import close_store
+from tests.support.stores import open_store
 
 pytestmark = pytest.mark.e2e
 
@@ -42,8 +44,8 @@ CYCLES = 3
 USER = "large"
 
 
-def add(db: pathlib.Path, first: int, count: int) -> None:
-    store = SqliteStore(connect(str(db)))
+def add(database: str, first: int, count: int) -> None:
+    store = open_store(database)
     try:
         memories = [
             Memory(str(uuid.uuid4()), "tenant-A", USER, f"fact {i}", {}, 1000 + i, 1000 + i)
@@ -53,7 +55,7 @@ def add(db: pathlib.Path, first: int, count: int) -> None:
         with store.write():
             store.insert_memories(memories, vectors)
     finally:
-        store.conn.close()
+        close_store(store)
 
 
 def workers(pid: int) -> list[int]:
@@ -64,13 +66,14 @@ def temporary(folder: pathlib.Path) -> list[str]:
     return [n for n in os.listdir(folder) if n.endswith(shared.TMP_SUFFIX)]
 
 
-def check_files(folder: pathlib.Path, db: pathlib.Path) -> int:
+def check_files(folder: pathlib.Path, database: str) -> int:
     """Every published file is whole and holds exactly the stored vectors; how many there are."""
-    conn = connect(str(db))
+    store = open_store(database)
     try:
-        content = dict(conn.execute("SELECT first_vid, content FROM memories").fetchall())
+        rows = store.conn.execute("SELECT first_vid, content FROM memories").fetchall()
     finally:
-        conn.close()
+        close_store(store)
+    content = dict(rows)
     files = [folder / n for n in os.listdir(folder) if n.endswith(shared.SUFFIX)]
     for path in files:
         f = shared.open_file(str(path), "tenant-A", USER, DIMS)
@@ -81,17 +84,17 @@ def check_files(folder: pathlib.Path, db: pathlib.Path) -> int:
     return len(files)
 
 
-def test_a_worker_killed_while_publishing_a_snapshot_leaves_none_read_wrong(tmp_path):
-    db = tmp_path / "memsvc.sqlite3"
+def test_a_worker_killed_while_publishing_a_snapshot_leaves_none_read_wrong(tmp_path, database):
     folder = tmp_path / "snapshots"
     with UnitProvider(DIMS) as provider:
-        store = SqliteStore(connect(str(db)))
+        store = open_store(database)
         store.migrate("openai:fake", DIMS)
-        store.conn.close()
-        add(db, 0, MEMORIES)
+        close_store(store)
+        add(database, 0, MEMORIES)
         server = start_server(
             tmp_path,
             **provider.settings,
+            MEMSVC_DATABASE=database,
             MEMSVC_SEARCH_SHARED_MIN_KB="0",
             MEMSVC_SEARCH_SHARED_DIR=str(folder),
             MEMSVC_MAINTENANCE_SECONDS="1",
@@ -118,7 +121,7 @@ def test_a_worker_killed_while_publishing_a_snapshot_leaves_none_read_wrong(tmp_
                     break
                 if os.path.isdir(folder):
                     # A sixteenth more: the next search publishes a new file.
-                    add(db, total, total // 16 + 1)
+                    add(database, total, total // 16 + 1)
                     total += total // 16 + 1
                 thread = threading.Thread(target=lambda: _quietly(search, "fact 1"))
                 thread.start()
@@ -136,7 +139,7 @@ def test_a_worker_killed_while_publishing_a_snapshot_leaves_none_read_wrong(tmp_
                     continue  # the write was over before it was seen: try again
                 kills += 1
                 _wait_for_workers(server.proc.pid, killed)
-                check_files(folder, db)
+                check_files(folder, database)
                 # Every worker answers from a file or the store, and answers right.
                 probes = [f"fact {rng.randrange(total)}" for _ in range(8)] + [f"fact {total - 1}"]
                 for text in probes:
@@ -144,7 +147,7 @@ def test_a_worker_killed_while_publishing_a_snapshot_leaves_none_read_wrong(tmp_
                     assert found[0]["content"] == text
                     assert found[0]["similarity"] == pytest.approx(1.0, abs=1e-6)
             assert kills == CYCLES, "no write was caught half way"
-            assert check_files(folder, db) >= 1
+            assert check_files(folder, database) >= 1
             end = time.monotonic() + 30
             while temporary(folder) and time.monotonic() < end:
                 time.sleep(0.2)
