@@ -11,7 +11,10 @@ vectors are in the view itself, in the worker's memory. A large user's
 that every worker of the box maps read-only: the box holds one copy, in the
 page cache, whatever the number of workers; a view then holds privately only
 the vectors the file lacks (written since it was published), and publishes
-a new file once those are a sixteenth of the file. Small users stay
+a new file once those are a sixteenth of the file. The worker that finds no
+file writes the first one straight from the store, a block at a time
+(:meth:`memsvc.store.Store.vector_blocks`): no worker ever holds the whole
+matrix, not even while loading it. Small users stay
 in-process because a file costs a create, a write and two flushes to disk,
 and thousands of tiny files, for a copy that costs each worker little.
 
