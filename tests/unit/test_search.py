@@ -487,3 +487,16 @@ class _statements:
         else:
             del self.store._execute
             del self.store._send_prepared
+
+
+@pytest.mark.parametrize("windows", [[], [1], [1, 1, 1], [3], [1, 2, 1, 4, 1], [2, 2]])
+def test_vector_ids_of_memories_are_each_memorys_windows_in_turn(windows):
+    from memsvc.store import Entry
+
+    firsts = [5 + sum(windows[:i]) + 7 * i for i in range(len(windows))]  # gaps between them
+    entries = [
+        Entry(i, f, w, 0, None, "{}") for i, (f, w) in enumerate(zip(firsts, windows, strict=True))
+    ]
+    expected = [f + k for f, w in zip(firsts, windows, strict=True) for k in range(w)]
+    got = cache_module._vids(entries)
+    assert got.dtype == np.int64 and got.tolist() == expected
