@@ -18,7 +18,9 @@ through memsvc's store in batches of 1,000; queries drawn the same way.
    search; meanwhile both workers' anonymous memory is sampled every 5 ms
    (the most each held above its idle while the user was being loaded:
    a private copy of the vectors would show there, whatever became of it
-   afterwards); then 200 sequential warm searches over HTTP give p50/p95.
+   afterwards). Both servers then stay up, and 200 warm searches over HTTP,
+   one at a time, go to each in turn (each server first half of the
+   time): p50/p95 and the ratio, both measured under the same load.
 2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
    with the per-worker cache and with the shared one, queries interleaved
    (each cache first half of the time), p50/p95 and the ratio; the first
@@ -39,6 +41,7 @@ import pathlib
 import tempfile
 import threading
 import time
+import typing as t
 import urllib.parse
 import uuid
 
@@ -108,9 +111,13 @@ def pct(times: list[float], p: float) -> float:
     return float(np.percentile(times, p)) * 1000
 
 
-def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float, n_queries: int,
-           **settings: str) -> tuple[list[dict[str, float]], list[float]]:  # fmt: skip
-    """Start gunicorn on ``db``; each worker's smaps once both hold the user; warm latencies."""
+Search = t.Callable[[int, requests.Session], None]
+
+
+@contextlib.contextmanager
+def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float,
+           **settings: str) -> t.Iterator[tuple[list[dict[str, float]], Search]]:  # fmt: skip
+    """gunicorn on ``db``: each worker's smaps once both hold the user, and its search."""
     tmp.mkdir()
     env = {
         **provider.settings,
@@ -175,13 +182,7 @@ def served(tmp: pathlib.Path, db: str, provider: UnitProvider, matrix_mb: float,
             {**smaps(p), "idle": _private(before[p]), "peak": peak[p] - before[p]["Anonymous"]}
             for p in pids
         ]
-        session = requests.Session()
-        times = []
-        for i in range(n_queries):
-            started = time.perf_counter()
-            search(i, session)
-            times.append(time.perf_counter() - started)
-        return memory, times
+        yield memory, search
     finally:
         server.stop()
 
@@ -257,16 +258,27 @@ def main() -> None:
             "per worker (before)": {"MEMSVC_SEARCH_SHARED_MIN_KB": str(10**9)},
             "shared (after)": {},
         }
-        results = {}
-        for i, (name, settings) in enumerate(modes.items()):
-            results[name] = served(tmp / f"server{i}", db, provider, matrix_mb, args.queries,
-                                   **settings)  # fmt: skip
+        results: dict[str, list[dict[str, float]]] = {}
+        times: dict[str, list[float]] = {name: [] for name in modes}
+        with contextlib.ExitStack() as servers:
+            searches: dict[str, Search] = {}
+            for i, (name, settings) in enumerate(modes.items()):
+                results[name], searches[name] = servers.enter_context(
+                    served(tmp / f"server{i}", db, provider, matrix_mb, **settings)
+                )
+            sessions = {name: requests.Session() for name in modes}
+            names = list(modes)
+            for i in range(args.queries):
+                for name in names if i % 2 else names[::-1]:  # each goes first half of the time
+                    started = time.perf_counter()
+                    searches[name](i, sessions[name])
+                    times[name].append(time.perf_counter() - started)
         print()
         print("gunicorn, 2 workers: each worker's memory once both have searched the user (MB)")
         print(f"{'cache':<22}{'worker':>7}{'Rss':>7}{'Shared':>8}{'Private':>9}{'(dirty':>8}"
               f"{'clean)':>8}{'Pss':>6}{'idle':>6}{'added':>7}{'added/matrix':>14}"
               f"{'load peak':>11}")  # fmt: skip
-        for name, (memory, _) in results.items():
+        for name, memory in results.items():
             for w, m in enumerate(memory):
                 private = _private(m)
                 shared = m["Shared_Clean"] + m["Shared_Dirty"]
@@ -279,12 +291,13 @@ def main() -> None:
               "load peak: the most anonymous memory it held above idle while the user was "
               "loaded)")  # fmt: skip
         print()
-        print(f"gunicorn, warm memory.search over HTTP ({args.queries} sequential, top {K})")
+        print(f"gunicorn, warm memory.search over HTTP ({args.queries} one at a time, "
+              f"the servers in turn, top {K})")  # fmt: skip
         print(f"{'cache':<22}{'p50 ms':>9}{'p95 ms':>9}{'x before':>10}")
-        base = pct(results["per worker (before)"][1], 50)
-        for name, (_, times) in results.items():
-            print(f"{name:<22}{pct(times, 50):>9.2f}{pct(times, 95):>9.2f}"
-                  f"{pct(times, 50) / base:>10.2f}")  # fmt: skip
+        base = pct(times["per worker (before)"], 50)
+        for name, took in times.items():
+            print(f"{name:<22}{pct(took, 50):>9.2f}{pct(took, 95):>9.2f}"
+                  f"{pct(took, 50) / base:>10.2f}")  # fmt: skip
         print()
         print(f"in-process, memsvc.search.nearest ({args.queries} queries, interleaved)")
         print(f"{'cache':<22}{'warm p50':>9}{'warm p95':>9}{'x before':>10}"
