@@ -3,6 +3,7 @@
 import concurrent.futures
 import json
 import threading
+import time
 import urllib.parse
 
 import pytest
@@ -79,6 +80,12 @@ def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
                             break
                     # Another key of the same tenant is not held up meanwhile.
                     assert pool.submit(add, other, "other", 0).result() == 200
+                    # Every admitted call reaches the provider and waits there (an
+                    # admitted call may still be on its way when the last refusal
+                    # is back).
+                    deadline = time.monotonic() + 30
+                    while provider.current.get("busy", 0) < 10 and time.monotonic() < deadline:
+                        time.sleep(0.01)
                     assert provider.current.get("busy") == 10
                 finally:
                     held.set()

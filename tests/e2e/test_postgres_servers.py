@@ -11,6 +11,7 @@ import concurrent.futures
 import itertools
 import json
 import threading
+import time
 
 import pytest
 import requests
@@ -136,6 +137,12 @@ def test_ten_concurrent_calls_spread_over_two_servers_admit_no_eleventh(tmp_path
                         refused += 1
                         if refused == 20:
                             break
+                    # Every admitted call reaches the provider and waits there (an
+                    # admitted call may still be on its way when the last refusal
+                    # is back).
+                    deadline = time.monotonic() + 30
+                    while provider.current.get("busy", 0) < 10 and time.monotonic() < deadline:
+                        time.sleep(0.01)
                     assert provider.current.get("busy") == 10
                 finally:
                     held.set()
