@@ -88,12 +88,15 @@ def test_users_are_listed_with_counts_paged_and_found_by_prefix(page, server, ac
     rows = page.locator("table.data tbody tr")
     assert rows.count() == 50
     assert rows.nth(7).inner_text().split("\t")[:2] == ["user-07", "2"]
-    page.get_by_role("link", name="Next page").click()
+    with page.expect_navigation():
+        page.get_by_role("link", name="Next page").click()
     assert [r.split("\t")[0] for r in rows.all_inner_texts()] == ["user-50", "user-51", "user-52"]
-    page.get_by_role("link", name="First page").click()
+    with page.expect_navigation():
+        page.get_by_role("link", name="First page").click()
     assert rows.count() == 50
     page.get_by_label("User id starts with").fill("user-4")
-    page.get_by_role("button", name="Find").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Find").click()
     assert [r.split("\t")[0] for r in rows.all_inner_texts()] == [f"user-4{i}" for i in range(10)]
     page.get_by_role("link", name="user-42").click()
     assert page.get_by_role("heading", level=1).inner_text() == "user-42"
@@ -111,11 +114,14 @@ def test_a_users_memories_newest_first_paged_filtered_with_expiry(page, server, 
     assert contents.first.inner_text() == "expiring note"
     assert "expires" in page.locator(".memory").first.inner_text()
     assert contents.nth(1).inner_text() == "note number 29"
-    page.get_by_role("link", name="Older").click()
+    with page.expect_navigation():
+        page.get_by_role("link", name="Older").click()
     assert contents.all_inner_texts() == [f"note number {i}" for i in range(5, -1, -1)]
-    page.get_by_role("link", name="Newest").click()
+    with page.expect_navigation():
+        page.get_by_role("link", name="Newest").click()
     page.get_by_label("Metadata filter").fill('{"even": true, "n": {"gte": 20}}')
-    page.get_by_role("button", name="Filter").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
     assert contents.all_inner_texts() == [f"note number {i}" for i in (28, 26, 24, 22, 20)]
     # A time range: everything was created before tomorrow and nothing after it.
     tomorrow = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)).strftime(
@@ -123,15 +129,18 @@ def test_a_users_memories_newest_first_paged_filtered_with_expiry(page, server, 
     )
     page.get_by_label("Metadata filter").fill("")
     page.get_by_label("Created after (UTC)").fill(tomorrow)
-    page.get_by_role("button", name="Filter").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
     assert contents.count() == 0 and "No memories match" in page.content()
     page.get_by_label("Created after (UTC)").fill("")
     page.get_by_label("Created before (UTC)").fill(tomorrow)
-    page.get_by_role("button", name="Filter").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
     assert contents.count() == 25
     # A bad filter is the API's own 400, shown on the page.
     page.get_by_label("Metadata filter").fill('{"n": {"near": 3}}')
-    page.get_by_role("button", name="Filter").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Filter").click()
     assert "BAD_REQUEST" in page.get_by_role("alert").inner_text()
 
 
