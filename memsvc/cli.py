@@ -30,7 +30,7 @@ from .observability import audit
 from .observability import logs
 from .runtime import Runtime
 from .services import keys as key_service
-from .services import maintenance
+from .services import reembedding
 from .services import transfer
 from .store import SCHEMA_VERSION
 from .store import BackupError
@@ -297,7 +297,7 @@ def reembed(ctx: Context, batch_size: int) -> None:
     )
     total = store.count_memories(None, None, 0)
     bar = Progress("re-embedding")
-    done = maintenance.reembed(
+    done = reembedding.reembed(
         store, rt.embedder, batch_size=batch_size, progress=lambda n: bar(n, total)
     )
     bar.close()

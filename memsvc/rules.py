@@ -1,6 +1,6 @@
 """The API's rules for input values, as plain functions with their limits passed in.
 
-The marshmallow schemas of :mod:`memsvc.api.schemas` apply them to calls,
+The marshmallow schemas of :mod:`memsvc.api.inputs` apply them to calls,
 with the limits of the app's settings; ``memsvc import`` applies them to
 every line of a file, with the same settings. Text rules are in
 :mod:`memsvc.text`.

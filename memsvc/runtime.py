@@ -14,9 +14,9 @@ import typing as t
 from .embeddings import Embedder
 from .embeddings import make_embedder
 from .embeddings.cache import CachedEmbedder
+from .housekeeping import Maintenance
 from .limits import KeyLimiter
 from .limits import Limits
-from .maintenance import Maintenance
 from .search.cache import SearchCache
 from .search.shared import shared_dir
 from .store import Backend
@@ -73,7 +73,7 @@ class Runtime:
         return cache.scoped(tenant)
 
     def start_maintenance(self) -> None:
-        """Start this process's maintenance thread (see :mod:`memsvc.maintenance`), once."""
+        """Start this process's maintenance thread (see :mod:`memsvc.housekeeping`), once."""
         if self._maintenance is None or not self._maintenance.is_alive():
             self._maintenance = Maintenance(
                 self.backend, self.search_cache, self.settings["MAINTENANCE_SECONDS"]

@@ -19,14 +19,14 @@ from . import health
 from . import keys
 from . import memory
 from . import openapi
-from . import service
+from . import service_info
 from . import trpc
 from .context import release_store
 
 _CODE_FOR_STATUS = {status: code for code, status in HTTP_STATUS.items()}
 
 #: Every router, in the order the OpenAPI document and the docs list them.
-ROUTERS = (memory.router, keys.router, service.router)
+ROUTERS = (memory.router, keys.router, service_info.router)
 
 
 def init_app(app: Flask) -> None:

@@ -8,9 +8,9 @@ from ..errors import Forbidden
 from ..errors import NotFound
 from ..observability import audit
 from ..services import keys
+from . import inputs
 from . import middleware
 from . import outputs
-from . import schemas
 from .procedures import Router
 from .trpc import Call
 
@@ -30,7 +30,7 @@ def list_keys(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 
 @router.mutation(
-    "create", input=schemas.CreateKeyInput(), output=outputs.CREATED_KEY, errors=[Forbidden]
+    "create", input=inputs.CreateKeyInput(), output=outputs.CREATED_KEY, errors=[Forbidden]
 )
 def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     config = call.config
@@ -45,7 +45,7 @@ def create(call: Call, params: dict[str, t.Any]) -> t.Any:
     return created
 
 
-@router.mutation("revoke", input=schemas.IdInput(), output=outputs.SUCCESS, errors=[NotFound])
+@router.mutation("revoke", input=inputs.IdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
     keys.revoke(call.store(), call.caller.tenant, params["id"])
     audit.record("keys.revoke", "token", call.caller.tenant, key_id=params["id"])
@@ -54,7 +54,7 @@ def revoke(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.mutation(
     "setLimits",
-    input=schemas.SetKeyLimitsInput(),
+    input=inputs.SetKeyLimitsInput(),
     output=outputs.KEY,
     errors=[NotFound, Forbidden],
 )

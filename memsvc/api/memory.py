@@ -7,9 +7,9 @@ import typing as t
 from ..errors import NotFound
 from ..observability import audit
 from ..services import memories
+from . import inputs
 from . import middleware
 from . import outputs
-from . import schemas
 from .procedures import Router
 from .trpc import Call
 
@@ -21,7 +21,7 @@ router = Router(
 )
 
 
-@router.mutation("add", input=schemas.AddMemoryInput(), output=outputs.MEMORY)
+@router.mutation("add", input=inputs.AddMemoryInput(), output=outputs.MEMORY)
 def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     middleware.pay_for_embedding(call, "content", params["content"], call.runtime.embedder)
     return memories.add(
@@ -36,7 +36,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("search", input=schemas.SearchInput(), output=outputs.SEARCH_RESULTS)
+@router.query("search", input=inputs.SearchInput(), output=outputs.SEARCH_RESULTS)
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     query_embedder = call.runtime.query_embedder(call.caller.tenant)
     middleware.pay_for_embedding(call, "query", params["query"], query_embedder, query=True)
@@ -59,7 +59,7 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     return outputs.SearchAnswer(found, explain=params["explain"])
 
 
-@router.query("getAll", input=schemas.GetAllInput(), output=outputs.MEMORIES)
+@router.query("getAll", input=inputs.GetAllInput(), output=outputs.MEMORIES)
 def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get_all(
         call.store(),
@@ -74,7 +74,7 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("users", input=schemas.UsersInput(), output=outputs.END_USERS)
+@router.query("users", input=inputs.UsersInput(), output=outputs.END_USERS)
 def users(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.users(
         call.store(),
@@ -85,12 +85,12 @@ def users(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("getById", input=schemas.MemoryIdInput(), output=outputs.MEMORY, errors=[NotFound])
+@router.query("getById", input=inputs.MemoryIdInput(), output=outputs.MEMORY, errors=[NotFound])
 def get_by_id(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.get(call.store(), call.caller.tenant, params["id"], user_id=params["userId"])
 
 
-@router.mutation("update", input=schemas.UpdateInput(), output=outputs.MEMORY, errors=[NotFound])
+@router.mutation("update", input=inputs.UpdateInput(), output=outputs.MEMORY, errors=[NotFound])
 def update(call: Call, params: dict[str, t.Any]) -> t.Any:
     if "content" in params:
         middleware.pay_for_embedding(call, "content", params["content"], call.runtime.embedder)
@@ -106,7 +106,7 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.query("history", input=schemas.MemoryIdInput(), output=outputs.VERSIONS, errors=[NotFound])
+@router.query("history", input=inputs.MemoryIdInput(), output=outputs.VERSIONS, errors=[NotFound])
 def history(call: Call, params: dict[str, t.Any]) -> t.Any:
     return memories.history(
         call.store(),
@@ -117,13 +117,13 @@ def history(call: Call, params: dict[str, t.Any]) -> t.Any:
     )
 
 
-@router.mutation("delete", input=schemas.MemoryIdInput(), output=outputs.SUCCESS, errors=[NotFound])
+@router.mutation("delete", input=inputs.MemoryIdInput(), output=outputs.SUCCESS, errors=[NotFound])
 def delete(call: Call, params: dict[str, t.Any]) -> t.Any:
     memories.delete(call.store(), call.caller.tenant, params["id"], user_id=params["userId"])
     return {"success": True}
 
 
-@router.mutation("deleteAll", input=schemas.UserInput(), output=outputs.DELETED)
+@router.mutation("deleteAll", input=inputs.UserInput(), output=outputs.DELETED)
 def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
     deleted = memories.delete_all(
         call.store(), call.caller.tenant, params["userId"], call.runtime.search_cache

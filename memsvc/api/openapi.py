@@ -3,7 +3,7 @@
 The document is built from the procedures' declarations (:mod:`.procedures`,
 registered in ``app.extensions["trpc"]``) and nothing else, so it cannot
 drift from what the server does: each procedure's input from the very
-marshmallow schema that validates it (:mod:`.input_schemas`), with the
+marshmallow schema that validates it (:mod:`.openapi_inputs`), with the
 size limits of this server's settings; its answer from its output's JSON Schema and
 components; its error statuses from its type, its middleware and its own
 declared errors; its credential from its middleware. A query is
@@ -25,8 +25,8 @@ from .. import wire
 from .._version import __version__
 from ..errors import HTTP_STATUS
 from . import health
-from . import input_schemas
-from .input_schemas import ref
+from . import openapi_inputs
+from .openapi_inputs import ref
 from .procedures import MUTATION
 from .procedures import Procedure
 from .procedures import Router
@@ -207,7 +207,7 @@ def document(app: Flask) -> Json:
     """The OpenAPI 3.1 document of ``app``'s procedures, with its settings' limits."""
     registry: dict[str, Procedure] = app.extensions["trpc"]
     routers: list[Router] = app.extensions["trpc_routers"]
-    components: dict[str, Json] = {**_error_components(), **input_schemas.filter_components()}
+    components: dict[str, Json] = {**_error_components(), **openapi_inputs.filter_components()}
     _add(components, health.HEALTH.name, health.HEALTH.schema)
     security: dict[str, Json] = {}
     paths: Json = {}
@@ -221,7 +221,7 @@ def document(app: Flask) -> Json:
             input_name = None
             if proc.input is not None:
                 input_name = type(proc.input).__name__
-                _add(components, input_name, input_schemas.input_schema(proc.input))
+                _add(components, input_name, openapi_inputs.input_schema(proc.input))
             method = "post" if proc.type == MUTATION else "get"
             paths[f"/trpc/{path}"] = {method: _operation(proc, input_name)}
         description = _DESCRIPTION.replace("{max_batch}", str(app.config["MAX_BATCH_SIZE"]))

@@ -53,11 +53,11 @@ from .context import Exchange
 from .context import clear_storage_problem
 from .context import exchange
 from .context import record_storage_problem
+from .inputs import error_text
 from .procedures import MUTATION
 from .procedures import QUERY
 from .procedures import Procedure
 from .procedures import through
-from .schemas import error_text
 
 if t.TYPE_CHECKING:
     from ..runtime import Runtime

@@ -19,10 +19,10 @@ from marshmallow import fields
 from marshmallow import validate
 from openapi_spec_validator import validate as validate_spec
 
+from memsvc.api import inputs
 from memsvc.api import middleware
 from memsvc.api import openapi
 from memsvc.api import outputs
-from memsvc.api import schemas
 from memsvc.api.procedures import MUTATION
 from memsvc.api.procedures import QUERY
 from memsvc.api.procedures import Procedure
@@ -203,14 +203,14 @@ def test_update_fields_that_clear_with_null_are_nullable(doc):
 
 
 def test_a_new_procedure_and_its_fields_appear_by_themselves(app):
-    class NewInput(schemas.Input):
-        userId = schemas.Text("MAX_USER_ID_CHARS", required=True)
+    class NewInput(inputs.Input):
+        userId = inputs.Text("MAX_USER_ID_CHARS", required=True)
         mode = fields.String(
             load_default="semantic", validate=validate.OneOf(["semantic", "keyword", "hybrid"])
         )
         tags = fields.List(fields.String(validate=validate.Length(max=5)), load_default=list)
-        weight = schemas.Number(allow_none=True, validate=validate.Range(0, 1, min_inclusive=False))
-        flag = schemas.Flag(load_default=False)
+        weight = inputs.Number(allow_none=True, validate=validate.Range(0, 1, min_inclusive=False))
+        flag = inputs.Flag(load_default=False)
 
     proc = Procedure(
         "memory.brandNew", QUERY, lambda call, params: [], NewInput(), outputs.MEMORIES

@@ -107,7 +107,7 @@ def on_disk(db_path: str) -> bytes:
 def maintenance_round(app: t.Any) -> None:
     """What each worker's maintenance round does (after an erasure: a checkpoint)."""
     from memsvc.api.context import runtime
-    from memsvc.maintenance import Maintenance
+    from memsvc.housekeeping import Maintenance
 
     with app.app_context():
         rt = runtime()

@@ -215,7 +215,7 @@ def test_the_cycle_check_finds_cycles_and_skips_type_checking_imports():
     graph = import_graph()
     # Deferred imports count: the app factory imports the api inside create_app.
     assert "memsvc.api" in graph["memsvc"]
-    assert "memsvc.maintenance" in graph["memsvc.runtime"]
+    assert "memsvc.housekeeping" in graph["memsvc.runtime"]
     # Imports for type checking only do not (procedures names trpc's Call so).
     assert "memsvc.api.trpc" in imported(PACKAGE / "api" / "procedures.py")
     assert "memsvc.api.trpc" not in graph["memsvc.api.procedures"]

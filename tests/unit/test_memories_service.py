@@ -3,8 +3,8 @@ import pytest
 
 from memsvc.embeddings import ProviderError
 from memsvc.errors import NotFound
-from memsvc.services import maintenance
 from memsvc.services import memories
+from memsvc.services import reembedding
 from tests.support.helpers import HashEmbedder
 from tests.support.helpers import TableEmbedder
 
@@ -123,7 +123,7 @@ def test_reembed_switches_every_vector_to_the_new_model(store, hash_embedder):
     added = [memories.add(store, hash_embedder, "t1", f"u{i % 3}", f"m{i}", {}) for i in range(10)]
     memories.delete(store, "t1", added[4].id)
     new = HashEmbedder(24, "test:other-24")
-    done = maintenance.reembed(store, new, batch_size=3)
+    done = reembedding.reembed(store, new, batch_size=3)
     assert done == 9
     assert store.embedder() == ("test:other-24", 24)
     store.check_embedder("test:other-24", 24)
@@ -150,11 +150,11 @@ def test_reembed_resumes_after_an_interruption(store, hash_embedder):
     for i in range(10):
         memories.add(store, hash_embedder, "t1", "u1", f"m{i}", {})
     with pytest.raises(KeyboardInterrupt):
-        maintenance.reembed(store, Interrupting(24, "test:other-24", fail_after=2), batch_size=3)
+        reembedding.reembed(store, Interrupting(24, "test:other-24", fail_after=2), batch_size=3)
     # The old vectors still serve until the switch.
     assert store.embedder() == ("test:hash-16", 16)
     assert len(memories.search(store, hash_embedder, "t1", "u1", "m3", 10, 0)) == 10
-    done = maintenance.reembed(store, HashEmbedder(24, "test:other-24"), batch_size=3)
+    done = reembedding.reembed(store, HashEmbedder(24, "test:other-24"), batch_size=3)
     assert done == 4  # the 6 staged before the interruption are kept
     assert store.embedder() == ("test:other-24", 24)
     assert len(memories.search(store, HashEmbedder(24), "t1", "u1", "m3", 10, 0)) == 10

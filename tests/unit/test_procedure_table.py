@@ -7,9 +7,9 @@ import re
 
 from memsvc import wire
 from memsvc.api import ROUTERS
+from memsvc.api import inputs
 from memsvc.api import outputs
 from memsvc.api import procedure_table
-from memsvc.api import schemas
 from memsvc.api.procedures import Router
 from memsvc.errors import NotFound
 
@@ -36,7 +36,7 @@ def test_every_procedure_has_its_own_section_in_the_api_docs():
 def test_a_new_procedure_appears_in_the_table_with_what_it_declares():
     router = Router("things", __name__, description="Things.")
 
-    @router.query("find", input=schemas.MemoryIdInput(), output=outputs.MEMORIES, errors=[NotFound])
+    @router.query("find", input=inputs.MemoryIdInput(), output=outputs.MEMORIES, errors=[NotFound])
     def find(call, params):
         return []
 

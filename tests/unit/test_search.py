@@ -200,8 +200,8 @@ def test_memory_stays_within_the_bound_and_big_users_use_the_store(db):
 
 
 def test_replacing_every_vector_reloads_the_user(db):
-    from memsvc.services import maintenance
     from memsvc.services import memories
+    from memsvc.services import reembedding
     from tests.support.helpers import HashEmbedder
 
     _, store = db
@@ -211,7 +211,7 @@ def test_replacing_every_vector_reloads_the_user(db):
     with store.read():
         assert len(search(store, cache, "u", embedder.vector("alpha"), 5, 0.99)) == 1
     other = HashEmbedder(DIMS * 2, "test:other")
-    maintenance.reembed(store, other)
+    reembedding.reembed(store, other)
     cache.row_bytes = DIMS * 2 * 4 + 21
     with store.read():
         [(m, sim)] = search(store, cache, "u", other.embed(["alpha"])[0], 5, 0.99)

@@ -6,9 +6,9 @@ import typing as t
 
 from .._version import __version__
 from ..services import info
+from . import inputs
 from . import middleware
 from . import outputs
-from . import schemas
 from .procedures import Router
 from .trpc import Call
 
@@ -20,7 +20,7 @@ router = Router(
 )
 
 
-@router.query("info", input=schemas.NoInput(), output=outputs.SERVICE_INFO)
+@router.query("info", input=inputs.NoInput(), output=outputs.SERVICE_INFO)
 def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
     rt = call.runtime
     limits = middleware.limits_of(call.caller.key, rt.default_limits)

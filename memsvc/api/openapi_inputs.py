@@ -16,7 +16,7 @@ from marshmallow import missing
 from marshmallow import validate
 
 from ..search.filters import OPERATORS
-from . import schemas
+from . import inputs
 
 Json = dict[str, t.Any]
 
@@ -115,7 +115,7 @@ def field_schema(field: fields.Field) -> Json:
 
 def _field_type(field: fields.Field) -> Json:
     config = current_app.config
-    if isinstance(field, schemas.Text):
+    if isinstance(field, inputs.Text):
         return {
             "type": "string",
             "minLength": 1,
@@ -123,20 +123,20 @@ def _field_type(field: fields.Field) -> Json:
             # At least one character that is not a space, and no NUL.
             "pattern": r"^[^\u0000]*[^\s\u0000][^\u0000]*$",
         }
-    if isinstance(field, schemas.Uuid):
+    if isinstance(field, inputs.Uuid):
         return {
             "type": "string",
             "format": "uuid",
             "pattern": r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$",
         }
-    if isinstance(field, schemas.Metadata):
+    if isinstance(field, inputs.Metadata):
         return {
             "type": "object",
             "additionalProperties": True,
             "description": f"Any JSON object, up to {config['MAX_METADATA_BYTES']} bytes as "
             f"compact JSON and {config['MAX_METADATA_DEPTH']} levels deep.",
         }
-    if isinstance(field, schemas.Timestamp):
+    if isinstance(field, inputs.Timestamp):
         rule = "in the future; " if field.future else ""
         return {
             "type": "string",
@@ -144,9 +144,9 @@ def _field_type(field: fields.Field) -> Json:
             "description": f"ISO 8601 with its zone (Z or an offset such as +02:00), {rule}"
             "e.g. 2026-11-23T10:00:00Z.",
         }
-    if isinstance(field, schemas.FilterField):
+    if isinstance(field, inputs.FilterField):
         return ref("Filter")
-    if isinstance(field, schemas.Flag | fields.Boolean):
+    if isinstance(field, inputs.Flag | fields.Boolean):
         return {"type": "boolean"}
     if isinstance(field, fields.Integer):
         return {"type": "integer"}
