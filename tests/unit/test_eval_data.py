@@ -184,14 +184,21 @@ def test_file_is_well_formed(path: pathlib.Path):
             )
 
 
-# -- conversations: multi-session dialogue, one memory per turn ---------------
+# -- conversations: multi-session dialogue, each turn as it was said ----------
 
 CONVERSATIONS = sorted((EVAL_DIR / "conversations").glob("*.jsonl"))
 CONVERSATION_CATEGORIES = ("single_fact", "temporal", "multi_hop", "updated", "paraphrase")
+HEADER_FIELDS = {"kind", "user", "roles", "split"}
+ROLES = ("user", "assistant")  # memory.ingest's roles for a person and for the assistant
+SPLITS = ("tune", "report")
 SESSION_FIELDS = {"kind", "id", "date", "speakers"}
-TURN_FIELDS = {"kind", "id", "session", "content"}
+TURN_FIELDS = {"kind", "id", "session", "speaker", "text"}
 CONVERSATION_QUESTION_FIELDS = {"kind", "id", "category", "question", "evidence", "answer"}
-TURN = re.compile(r"\[(\d{4}-\d{2}-\d{2})\] ([^\W\d_][\w'.-]*): (\S.*)")
+# A speaker's name is one word: a turn stored as one memory is
+# "[<date>] <speaker>: <text>", and that must read back unambiguously.
+SPEAKER = re.compile(r"[^\W\d_][\w'.-]*")
+# A turn's text is the speaker's own words: no date before them.
+DATED = re.compile(r"\[\d{4}-\d{2}-\d{2}")
 # A temporal question asks for a date or a span of time.
 TEMPORAL = re.compile(
     r"(when|how long|how many (days|weeks|months)|on what date|what (day|date))\b"
@@ -199,13 +206,13 @@ TEMPORAL = re.compile(
 # A question is phrased afresh, not lifted from its evidence: no run of this
 # many words appears in an evidence turn.
 COPIED_WORDS = 6
+# Each half of the set holds between these shares of every category's questions.
+HALF_SHARE = (0.4, 0.6)
 
 
-def turn_text(content: str) -> str:
-    """What the speaker said, without the date and the speaker's name."""
-    match = TURN.fullmatch(content)
-    assert match, content
-    return match.group(3)
+def header(path: pathlib.Path) -> dict:
+    """A conversation file's first record: whose it is, the speakers' roles, its half."""
+    return read(path)[0]
 
 
 def test_the_conversations_are_long_and_the_questions_many():
@@ -214,59 +221,103 @@ def test_the_conversations_are_long_and_the_questions_many():
     for path in CONVERSATIONS:
         records = read(path)
         sessions = [r for r in records if r.get("kind") == "session"]
-        turns = [r for r in records if r.get("kind") == "memory"]
+        turns = [r for r in records if r.get("kind") == "turn"]
         assert len(sessions) >= 10, f"{path.name}: at least 10 sessions"
         assert len(turns) >= 200, f"{path.name}: at least 200 turns"
-        dates = [datetime.date.fromisoformat(s["date"]) for s in sessions]
-        assert (max(dates) - min(dates)).days >= 90, f"{path.name}: sessions span months"
+        times = [datetime.datetime.fromisoformat(s["date"]) for s in sessions]
+        assert (max(times) - min(times)).days >= 90, f"{path.name}: sessions span months"
         categories.update(r.get("category") for r in records if r.get("kind") == "question")
     assert sum(categories.values()) >= 250
     assert set(categories) == set(CONVERSATION_CATEGORIES)
     assert min(categories.values()) >= 40, categories
 
 
+def test_the_conversations_split_into_two_alike_halves():
+    """Weights are chosen on the ``tune`` half and reported on the other: like for like."""
+    files: dict[str, list[str]] = {split: [] for split in SPLITS}
+    kinds: dict[str, set[str]] = {split: set() for split in SPLITS}
+    categories = {split: collections.Counter[str]() for split in SPLITS}
+    for path in CONVERSATIONS:
+        first = header(path)
+        assert first.get("split") in SPLITS, f"{path.name}: split must be one of {SPLITS}"
+        split = first["split"]
+        files[split].append(path.stem)
+        kinds[split].add("assistant" if "assistant" in first["roles"].values() else "friend")
+        categories[split].update(r["category"] for r in read(path) if r["kind"] == "question")
+    assert len(files["tune"]) == len(files["report"]), files
+    # Both halves hold conversations with an assistant and between friends.
+    assert kinds["tune"] == kinds["report"] == {"assistant", "friend"}, kinds
+    low, high = HALF_SHARE
+    for category in CONVERSATION_CATEGORIES:
+        total = categories["tune"][category] + categories["report"][category]
+        share = categories["tune"][category] / total
+        assert low <= share <= high, f"{category}: {share:.0%} of its questions in tune"
+
+
 @pytest.mark.parametrize("path", CONVERSATIONS, ids=[p.stem for p in CONVERSATIONS])
 def test_conversation_is_well_formed(path: pathlib.Path):
     assert re.fullmatch(r"[a-z]+(-[a-z]+)*", path.stem), "user ids: lower-case words and dashes"
     records = read(path)
+    first = records[0]
+    assert first.get("kind") == "conversation", f"{path.name}: starts with its conversation record"
+    assert set(first) == HEADER_FIELDS, path.name
+    roles = first["roles"]
+    assert isinstance(roles, dict) and all(SPEAKER.fullmatch(s) for s in roles), path.name
+    assert set(roles.values()) <= set(ROLES), f"{path.name}: roles are {ROLES}"
+    assert roles.get(first["user"]) == "user", f"{path.name}: the end user is a person"
+
     sessions: dict[str, dict] = {}
-    turns: dict[str, str] = {}  # id -> content
+    turns: dict[str, dict] = {}  # id -> turn
+    contents: set[str] = set()
     order: dict[str, int] = {}  # id -> position in the conversation
+    speaking: set[str] = set()
     session = None
-    last_date = None
-    for r in records:
+    last = None
+    for r in records[1:]:
         where = f"{path.name} {r.get('id')}"
         if r.get("kind") == "session":
             assert set(r) == SESSION_FIELDS, where
             assert r["id"] == f"s{len(sessions) + 1}", f"{where}: sessions are s1, s2, ... in order"
-            date = datetime.date.fromisoformat(r["date"])
-            assert last_date is None or date > last_date, f"{where}: sessions in date order"
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{2}:\d{2}", r["date"]), (
+                f"{where}: date is an ISO time of day with its offset"
+            )
+            at = datetime.datetime.fromisoformat(r["date"])
+            assert last is None or at > last, f"{where}: sessions in time order"
             speakers = r["speakers"]
             assert isinstance(speakers, list) and len(set(speakers)) == len(speakers) >= 2, where
-            session, last_date, turn = r, date, 0
+            assert first["user"] in speakers and set(speakers) <= set(roles), where
+            session, last, turn = r, at, 0
             sessions[r["id"]] = r
-        elif r.get("kind") == "memory":
+        elif r.get("kind") == "turn":
             assert set(r) == TURN_FIELDS, where
             assert session is not None and r["session"] == session["id"], (
                 f"{where}: a turn follows its own session's record"
             )
             turn += 1
             assert r["id"] == f"{session['id']}t{turn}", f"{where}: turns are <session>t1, t2, ..."
-            match = TURN.fullmatch(r["content"])
-            assert match, f"{where}: not '[<date>] <speaker>: <text>'"
-            assert match.group(1) == session["date"], f"{where}: not its session's date"
-            assert match.group(2) in session["speakers"], f"{where}: unknown speaker"
-            assert r["content"] not in turns.values(), f"{where}: duplicate turn"
+            assert r["speaker"] in session["speakers"], f"{where}: unknown speaker"
+            text = r["text"]
+            assert isinstance(text, str) and text == text.strip() and text, where
+            assert not DATED.match(text) and not any(text.startswith(f"{s}:") for s in roles), (
+                f"{where}: the text is the speaker's words alone"
+            )
+            # Stored one per memory, a turn is its session's date, speaker and
+            # words; memsvc would keep a repeated memory once.
+            content = f"[{session['date'][:10]}] {r['speaker']}: {text}"
+            assert content not in contents, f"{where}: duplicate turn"
+            contents.add(content)
+            speaking.add(r["speaker"])
             order[r["id"]] = len(turns)
-            turns[r["id"]] = r["content"]
+            turns[r["id"]] = r
         else:
-            assert r.get("kind") == "question", f"{where}: kind must be session, memory or question"
+            assert r.get("kind") == "question", f"{where}: kind must be session, turn or question"
     assert all(any(t.startswith(f"{s}t") for t in turns) for s in sessions), (
         f"{path.name}: an empty session"
     )
+    assert speaking == set(roles), f"{path.name}: roles are given for the speakers, all of them"
 
     question_ids: set[str] = set()
-    for r in records:
+    for r in records[1:]:
         if r["kind"] != "question":
             continue
         where = f"{path.name} {r['id']}"
@@ -288,7 +339,7 @@ def test_conversation_is_well_formed(path: pathlib.Path):
         question = r["question"].lower().split()
         runs = {" ".join(question[i : i + COPIED_WORDS]) for i in range(len(question))}
         for e in evidence:
-            said = " ".join(turn_text(turns[e]).lower().split())
+            said = " ".join(turns[e]["text"].lower().split())
             copied = [run for run in runs if len(run.split()) == COPIED_WORDS and run in said]
             assert not copied, f"{where}: copied from {e}: {copied}"
 
@@ -308,7 +359,7 @@ def test_conversation_is_well_formed(path: pathlib.Path):
             )
         elif category == "paraphrase":
             shared = content_words(r["question"]) & set().union(
-                *(content_words(turn_text(turns[e])) for e in evidence)
+                *(content_words(turns[e]["text"]) for e in evidence)
             )
             assert len(shared) <= MAX_SHARED_WORDS, (
                 f"{where}: a paraphrase shares {sorted(shared)} with its evidence"
