@@ -110,11 +110,33 @@ class Question:
     language: str | None = None  # the question's, in the SEPARATE categories
 
 
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """One turn of a conversation, as the speaker said it."""
+
+    id: str  # the set's id: "s4t2"
+    speaker: str
+    role: str  # memory.ingest's role: "user" for a person, "assistant" for the assistant
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    id: str
+    at: str  # when it began: ISO 8601 with a time of day and a UTC offset
+    turns: tuple[Turn, ...]
+
+
 @dataclasses.dataclass
 class User:
     id: str
     memories: dict[str, str]  # local id -> content
     questions: list[Question]
+    #: Of a conversation set's user: the sessions in order, which speaker is
+    #: the end user, and the half of the set ("tune" or "report") it is in.
+    sessions: list[Session] = dataclasses.field(default_factory=list)
+    speaker: str | None = None
+    split: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,16 +171,34 @@ def load(directory: pathlib.Path, prefix: str = "") -> list[User]:
     return users
 
 
+def turn_content(session: Session, turn: Turn) -> str:
+    """A turn stored as one memory: ``[<session date>] <speaker>: <text>``."""
+    return f"[{session.at[:10]}] {turn.speaker}: {turn.text}"
+
+
 def load_conversations(directory: pathlib.Path, prefix: str = "") -> list[User]:
     """Every user of a conversation set: each turn a memory, each question's evidence its answers.
 
-    An ``updated`` question's superseded turns are its near misses: what a
-    search answers with when it prefers the stale statement.
+    A turn's memory is ``turn_content``: the session's date and the speaker
+    before the words, so that one memory per turn still says who spoke and
+    when. An ``updated`` question's superseded turns are its near misses:
+    what a search answers with when it prefers the stale statement.
     """
     users = []
     for path in sorted(directory.glob("*.jsonl")):
         records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        memories = {r["id"]: r["content"] for r in records if r["kind"] == "memory"}
+        header = next(r for r in records if r["kind"] == "conversation")
+        turns: dict[str, list[Turn]] = collections.defaultdict(list)
+        for r in records:
+            if r["kind"] == "turn":
+                role = header["roles"][r["speaker"]]
+                turns[r["session"]].append(Turn(r["id"], r["speaker"], role, r["text"]))
+        sessions = [
+            Session(r["id"], r["date"], tuple(turns[r["id"]]))
+            for r in records
+            if r["kind"] == "session"
+        ]
+        memories = {turn.id: turn_content(s, turn) for s in sessions for turn in s.turns}
         questions = [
             Question(
                 prefix + path.stem,
@@ -172,7 +212,16 @@ def load_conversations(directory: pathlib.Path, prefix: str = "") -> list[User]:
             for r in records
             if r["kind"] == "question"
         ]
-        users.append(User(prefix + path.stem, memories, questions))
+        users.append(
+            User(
+                prefix + path.stem,
+                memories,
+                questions,
+                sessions,
+                speaker=header["user"],
+                split=header["split"],
+            )
+        )
     return users
 
 
@@ -197,6 +246,7 @@ RANKED = {
             "multi_hop": "multi-hop",
             "updated": "updated fact",
             "paraphrase": "paraphrase",
+            "open_domain": "open-domain",
         },
         load_conversations,
         decoys="a superseded statement",

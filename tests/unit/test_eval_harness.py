@@ -277,3 +277,49 @@ def test_bm25_ranks_as_hand_computed_scores_say():
     assert index.search("unicorn", 10) == []
     # Equal scores: the memory stored last first, as memsvc breaks ties.
     assert [i for i, _ in bm25.Index(["red fox", "red fox"]).search("fox", 10)] == [1, 0]
+
+
+def test_a_conversation_turn_is_stored_with_its_date_and_speaker(tmp_path):
+    """Each turn is kept as said, and stored as one memory that says who said it and when.
+
+    The session starts half an hour after midnight at +01:00: the date in the
+    memory is the one where it was said, not the UTC one (the day before).
+    """
+    records = [
+        {"kind": "conversation", "user": "Ana", "roles": {"Ana": "user", "Assistant": "assistant"},
+         "split": "report"},
+        {"kind": "session", "id": "s1", "date": "2025-03-31T00:30:00+01:00",
+         "speakers": ["Ana", "Assistant"]},
+        {"kind": "turn", "id": "s1t1", "session": "s1", "speaker": "Ana",
+         "text": "I moved on Friday."},
+        {"kind": "turn", "id": "s1t2", "session": "s1", "speaker": "Assistant", "text": "Noted."},
+        {"kind": "session", "id": "s2", "date": "2025-04-02T18:00:00+01:00",
+         "speakers": ["Ana", "Assistant"]},
+        {"kind": "turn", "id": "s2t1", "session": "s2", "speaker": "Ana", "text": "Noted."},
+        {"kind": "question", "id": "q1", "category": "temporal", "question": "When did Ana move?",
+         "evidence": ["s1t1"], "answer": "Friday 28 March 2025"},
+    ]  # fmt: skip
+    (tmp_path / "ana.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    [user] = harness.load_conversations(tmp_path, "conversations.")
+
+    assert (user.id, user.speaker, user.split) == ("conversations.ana", "Ana", "report")
+    assert user.memories == {
+        "s1t1": "[2025-03-31] Ana: I moved on Friday.",
+        "s1t2": "[2025-03-31] Assistant: Noted.",
+        "s2t1": "[2025-04-02] Ana: Noted.",
+    }
+    assert user.sessions == [
+        harness.Session(
+            "s1",
+            "2025-03-31T00:30:00+01:00",
+            (
+                harness.Turn("s1t1", "Ana", "user", "I moved on Friday."),
+                harness.Turn("s1t2", "Assistant", "assistant", "Noted."),
+            ),
+        ),
+        harness.Session(
+            "s2", "2025-04-02T18:00:00+01:00", (harness.Turn("s2t1", "Ana", "user", "Noted."),)
+        ),
+    ]
+    [question] = user.questions
+    assert question.answers == {"s1t1"} and question.candidates == 3
