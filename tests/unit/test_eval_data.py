@@ -187,7 +187,14 @@ def test_file_is_well_formed(path: pathlib.Path):
 # -- conversations: multi-session dialogue, each turn as it was said ----------
 
 CONVERSATIONS = sorted((EVAL_DIR / "conversations").glob("*.jsonl"))
-CONVERSATION_CATEGORIES = ("single_fact", "temporal", "multi_hop", "updated", "paraphrase")
+CONVERSATION_CATEGORIES = (
+    "single_fact",
+    "temporal",
+    "multi_hop",
+    "updated",
+    "paraphrase",
+    "open_domain",
+)
 HEADER_FIELDS = {"kind", "user", "roles", "split"}
 ROLES = ("user", "assistant")  # memory.ingest's roles for a person and for the assistant
 SPLITS = ("tune", "report")
