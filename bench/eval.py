@@ -5,10 +5,11 @@ Workload: the labelled sets in tests/data/eval (see its README):
     questions, each tagged with a category (paraphrase, exact term,
     near-miss distractors, non-English, cross-lingual) and the memories that
     answer it;
-  - conversations: 6 end users' multi-session conversations, every dialogue
-    turn one memory (1,365 in all), and 285 questions (single fact,
-    temporal, multi-hop, updated fact, paraphrase) labelled with the turns
-    that answer them;
+  - conversations: 12 end users' multi-session conversations, every dialogue
+    turn one memory (2,652 in all), and 640 questions (single fact,
+    temporal, multi-hop, updated fact, paraphrase, open-domain) labelled
+    with the turns that answer them; half the users are for tuning ranking,
+    the other half for reporting it (``--split``);
   - near-miss: 10 end users (250 memories) and 69 questions hinging on a
     name, code, number or date, each answer among six look-alikes.
 
@@ -47,11 +48,12 @@ question's decoys (a superseded statement; a look-alike).
 
     python -m bench.eval [--set NAME ...] [--limit-users N] [--json PATH]  # or: make eval
     python -m bench.eval --set conversations --json out.json     # one set, every figure
+    python -m bench.eval --set conversations --split report      # the half not tuned on
     python -m bench.eval_multilingual      # all of it with MEMSVC_LOCAL_MODEL=multilingual
     MEMSVC_EMBEDDER=openai MEMSVC_EMBEDDING_URL=... \
         MEMSVC_EMBEDDING_API_KEY=... python -m bench.eval      # another embedder
 
-Only a full run (no --set, --data or --limit-users) is saved to
+Only a full run (no --set, --split, --data or --limit-users) is saved to
 bench/results/eval.txt. With the bundled model on 2 cores a full run takes
 about a minute; the adds vary most (7 to 90 ms each), with whatever else the
 machine is doing.
@@ -95,6 +97,9 @@ DEFAULT_THRESHOLD = 0.7
 #: Every set, in the order they run and print: "facts" (the files in DATA,
 #: the figures above) and the sets of RANKED (below).
 SETS = ("facts", "conversations", "near-miss")
+#: The conversation set's halves: ranking weights are chosen on "tune" and
+#: reported on "report" (each file's first record says which).
+SPLITS = ("tune", "report")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -907,6 +912,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="write every figure, and each question's results in each mode, to PATH",
     )
     parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default=None,
+        help="only the conversations of one half: tune (to choose ranking weights on) or "
+        "report (to report figures on, the half the weights were not chosen on)",
+    )
+    parser.add_argument(
         "--data",
         type=pathlib.Path,
         default=None,
@@ -936,27 +948,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def partial(args: argparse.Namespace) -> bool:
     """Whether the run leaves out sets or users: such a run is not saved as the record."""
-    return set(args.sets) != set(SETS) or args.data is not None or args.limit_users is not None
+    return (
+        set(args.sets) != set(SETS)
+        or args.split is not None
+        or args.data is not None
+        or args.limit_users is not None
+    )
+
+
+def users_of(name: str, args: argparse.Namespace) -> list[User]:
+    """The users of one set that ``args`` asks for; ``name`` is one of SETS."""
+    if name == "facts":
+        users = load(args.data or DATA)
+    else:
+        users = RANKED[name].load(args.data or RANKED[name].directory, f"{name}.")
+    if name == "conversations" and args.split is not None:
+        users = [u for u in users if u.split == args.split]
+    return users if args.limit_users is None else spread(users, args.limit_users)
 
 
 def main(argv: list[str] | None = None) -> dict[str, t.Any]:
     args = parse(argv)
 
-    def users_of(name: str) -> list[User]:
-        if name == "facts":
-            users = load(args.data or DATA)
-        else:
-            users = RANKED[name].load(args.data or RANKED[name].directory, f"{name}.")
-        return users if args.limit_users is None else spread(users, args.limit_users)
-
     chosen = [name for name in SETS if name in args.sets]
-    facts = users_of("facts") if "facts" in chosen else []
-    ranked = {name: users_of(name) for name in chosen if name != "facts"}
+    facts = users_of("facts", args) if "facts" in chosen else []
+    ranked = {name: users_of(name, args) for name in chosen if name != "facts"}
     out = run(facts, args.database, ranked, args.sweep)
     report(out)
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
         print(f"figures written to {args.json}")
+    if args.split is not None and "conversations" in ranked:
+        print(f"(conversations: the {args.split} half only)")
     if partial(args):
         print("(a partial run: not saved to bench/results/eval.txt)")
     return out

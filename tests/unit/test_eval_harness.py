@@ -217,6 +217,7 @@ def test_only_a_full_run_is_recorded():
     assert not harness.partial(harness.parse(["--json", "x.json"]))
     assert harness.partial(harness.parse(["--set", "conversations"]))
     assert harness.partial(harness.parse(["--limit-users", "3"]))
+    assert harness.partial(harness.parse(["--split", "report"]))
     assert harness.parse(["--data", "somewhere"]).sets == ["facts"]
     with pytest.raises(SystemExit):
         harness.parse(["--data", "somewhere", "--set", "facts", "--set", "near-miss"])
@@ -323,3 +324,20 @@ def test_a_conversation_turn_is_stored_with_its_date_and_speaker(tmp_path):
     ]
     [question] = user.questions
     assert question.answers == {"s1t1"} and question.candidates == 3
+
+
+def test_split_takes_one_half_of_the_conversations():
+    """--split runs the half its name says, and the two halves are the whole set."""
+    whole = harness.users_of("conversations", harness.parse(["--set", "conversations"]))
+    halves = {
+        split: harness.users_of("conversations", harness.parse(["--split", split]))
+        for split in harness.SPLITS
+    }
+    assert all(u.split == split for split, users in halves.items() for u in users)
+    assert len(halves["tune"]) == len(halves["report"]) == len(whole) // 2
+    assert sorted(u.id for users in halves.values() for u in users) == sorted(u.id for u in whole)
+    # The other sets have no halves: --split leaves them whole.
+    near_miss = harness.parse(["--set", "near-miss", "--split", "tune"])
+    assert len(harness.users_of("near-miss", near_miss)) == len(
+        harness.RANKED["near-miss"].load(harness.RANKED["near-miss"].directory, "")
+    )
