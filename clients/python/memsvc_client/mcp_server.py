@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import inspect
-import json
 import logging
 import os
 import typing as t
@@ -26,11 +25,11 @@ from pydantic import Field
 from ._core import DEFAULT_MODE
 from ._core import MODES
 from ._core import Mode
+from ._tools import compact
+from ._tools import dumps as _json
 from ._version import __version__
 from .aio import AsyncMemsvc
 from .errors import MemsvcError
-from .models import Memory
-from .models import format_time
 
 # Argument types, with the descriptions MCP hosts show the model. Module
 # level: the tools' annotations are strings, resolved in this namespace.
@@ -80,10 +79,6 @@ NOT_FOUND = "Memory not found (NOT_FOUND)"
 Tool = t.Callable[..., t.Awaitable[str]]
 
 
-def _json(value: t.Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
 def mode_type(default: Mode) -> t.Any:
     """The ``mode`` argument's type, its description naming this server's default."""
     return t.Annotated[
@@ -95,32 +90,6 @@ def mode_type(default: Mode) -> t.Any:
             "however different in meaning."
         ),
     ]
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)
-
-
-def compact(memory: Memory) -> dict[str, t.Any]:
-    """A memory as a tool shows it: no user id (implied), no empty fields."""
-    out: dict[str, t.Any] = {"id": memory.id, "content": memory.content}
-    if memory.similarity is not None:
-        out["similarity"] = round(memory.similarity, 4)
-    if memory.explain is not None:
-        e = memory.explain
-        out["explain"] = {
-            "cosine": _round(e.cosine),
-            "keyword": _round(e.keyword),
-            "score": _round(e.score),
-        }
-    if memory.metadata:
-        out["metadata"] = memory.metadata
-    out["createdAt"] = format_time(memory.created_at)
-    if memory.updated_at != memory.created_at:
-        out["updatedAt"] = format_time(memory.updated_at)
-    if memory.expires_at is not None:
-        out["expiresAt"] = format_time(memory.expires_at)
-    return out
 
 
 def _tool_errors(fn: Tool) -> Tool:
