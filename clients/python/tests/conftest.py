@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import typing as t
 import uuid
@@ -12,6 +13,9 @@ from client_support import Recorder
 from memsvc_client import Memsvc
 from memsvc_server import Server
 from memsvc_server import start_server
+
+# tests/llamaindex run in the LlamaIndex virtualenv (test_llamaindex.py runs them there).
+collect_ignore = [] if importlib.util.find_spec("llama_index") else ["llamaindex"]
 
 
 @pytest.fixture(autouse=True)
