@@ -59,9 +59,13 @@ def examples(tmp_path_factory):
     run(TSC, "-p", "tsconfig.json")
     out = tmp_path_factory.mktemp("ts-examples")
     run(TSC, "-p", "examples/tsconfig.json", "--strict", "--outDir", out)
-    # Where a project that installed the package would find it.
+    # Where a project that installed the package (and the AI SDK) would find them.
     (out / "node_modules").mkdir()
     (out / "node_modules" / "memsvc-client").symlink_to(PACKAGE, target_is_directory=True)
+    for name in ("ai", "zod"):
+        (out / "node_modules" / name).symlink_to(
+            PACKAGE / "node_modules" / name, target_is_directory=True
+        )
     return out
 
 
@@ -83,6 +87,7 @@ def test_the_examples_compile_under_strict(examples):
     assert (examples / "every-procedure.js").is_file()
     assert (examples / "quickstart.js").is_file()
     assert (examples / "search-defaults.js").is_file()
+    assert (examples / "ai-tools.js").is_file()
 
 
 def test_a_misspelt_field_does_not_compile():
@@ -385,3 +390,112 @@ def test_a_change_in_the_document_changes_the_types(document, tmp_path):
     generated = (tmp_path / "generated.ts").read_text()
     assert 'mode?: "semantic" | "keyword" | "hybrid" | undefined;' in generated
     assert generated != (PACKAGE / "src" / "generated.ts").read_text()
+
+
+# -- memsvc-client/ai: the Vercel AI SDK's tools ------------------------------------
+
+
+def test_the_ai_sdk_runs_the_tools_for_their_user_only(server, examples):
+    user = "ai-user"
+    out = json.loads(
+        run(
+            "ai-tools.js",
+            cwd=examples,
+            MEMSVC_URL=server.url,
+            MEMSVC_API_KEY=server.create_key("tenant-AI", "ai"),
+            MEMSVC_OTHER_KEY=server.create_key("tenant-AI-other", "ai"),
+            MEMSVC_USER=user,
+        )
+    )
+    # generateText ran each tool the (mock) model called, with the model's input.
+    ((added,),) = [out["added"]["results"]]
+    assert added["content"] == "Dan keeps bees in his garden"
+    assert added["metadata"] == {"source": "agent"} and out["added"]["text"] == "done"
+    assert out["again"]["results"] == [added]  # stored once
+    ((found,),) = out["searched"]["results"]
+    assert found["id"] == added["id"] and RECOMMENDED <= found["similarity"] < WIRE_DEFAULT
+    # The zod schema refused an empty query before anything was sent.
+    assert out["invalid"]["results"] == [] and len(out["invalid"]["errors"]) == 1
+    assert "query" in out["invalid"]["errors"][0]
+    # Called directly, as the application may; other users' and tenants' memories never.
+    assert out["direct"] == [found]
+    assert [m["id"] for m in out["all"]] == [added["id"]]
+    assert out["none"] == []
+    assert out["stored"] == [
+        {"id": added["id"], "content": added["content"], "metadata": {"source": "agent"}}
+    ]
+    assert out["schemas"]["searchMemories"] == ["description", "execute", "inputSchema"]
+    assert out["schemas"]["description"].startswith("Search what you remember about the user")
+
+
+def test_the_docs_show_the_ai_quickstart_as_compiled():
+    docs = (REPO / "docs" / "clients.md").read_text()
+    example = (PACKAGE / "examples" / "ai-quickstart.ts").read_text()
+    assert f"```ts\n{example}```" in docs
+
+
+@pytest.fixture(scope="module")
+def ai_project(tmp_path_factory, new_project):
+    """A new project made as docs/clients.md says, with the AI SDK added as it says."""
+    project = tmp_path_factory.mktemp("ts-ai-project") / "memsvc-ai"
+    shutil.copytree(new_project, project, symlinks=True)
+    setup = doc_block((REPO / "docs" / "clients.md").read_text(), "sh", "npm install ai@")
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", setup],
+        cwd=project,
+        env={**os.environ, **NPM_ENV},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return project
+
+
+def test_the_ai_quickstart_compiles_unchanged_in_a_new_project_and_runs(server, ai_project):
+    package = json.loads((ai_project / "package.json").read_text())
+    assert sorted(package["dependencies"]) == ["ai", "memsvc-client", "zod"]
+    (ai_project / "ai-quickstart.ts").write_text(
+        (PACKAGE / "examples" / "ai-quickstart.ts").read_text()
+    )
+    docs = (REPO / "docs" / "clients.md").read_text()
+    command = doc_block(docs, "sh", "node ai-quickstart.js").strip()
+    assert command == "npx tsc && MEMSVC_API_KEY=$KEY node ai-quickstart.js"
+    env = {
+        **os.environ,
+        **NPM_ENV,
+        "KEY": server.create_key("tenant-N-ai", "new project"),
+        "MEMSVC_URL": server.url,
+    }
+    result = subprocess.run(
+        ["bash", "-c", command],
+        cwd=ai_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    match = re.fullmatch(
+        r"\[ 'Erin is vegetarian and loves Thai food \((0\.\d\d)\)' \]\n", result.stdout
+    )
+    assert match, result.stdout + result.stderr
+    shown = re.search(r"Thai food \((0\.\d\d)\)", docs.split("node ai-quickstart.js", 1)[1])
+    assert shown and abs(float(shown.group(1)) - float(match.group(1))) < 0.02
+
+
+def test_the_package_root_loads_without_the_ai_sdk(new_project):
+    # memsvc-client itself never imports ai or zod: a project without them runs it.
+    assert not (new_project / "node_modules" / "ai").exists()
+    result = subprocess.run(
+        [
+            node(),
+            "-e",
+            "import('memsvc-client').then((m) => console.log(typeof m.createMemsvcClient))",
+        ],
+        cwd=new_project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.stdout == "function\n", result.stdout + result.stderr

@@ -4,9 +4,12 @@ proxy, the documents' code blocks."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import socket
+import subprocess
+import sys
 import threading
 import typing as t
 
@@ -175,3 +178,77 @@ def blocks(text: str) -> list[Block]:
         line = text.count("\n", 0, match.start()) + 1
         out.append(Block(match.group(1), match.group(2), not skip, line))
     return out
+
+
+# -- the documents' examples ---------------------------------------------------------
+
+#: The server URL the documents' examples use; the tests put a real one in its place.
+DOC_URL = "http://127.0.0.1:8000"
+DOC = REPO / "docs" / "clients.md"
+NUMBER = re.compile(r"-?\d+\.\d+")
+MASKS = [
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"), "<time>"),
+]
+#: Examples that import LlamaIndex run in its virtualenv, by tests/llamaindex.
+LLAMAINDEX = "llama_index"
+
+
+class Example(t.NamedTuple):
+    """A runnable block of a document: where, its code, and the text block shown after it."""
+
+    line: int
+    code: str
+    shown: str | None
+
+
+def examples(lang: str, path: pathlib.Path = DOC, *, llamaindex: bool = False) -> list[Example]:
+    """A document's runnable blocks in ``lang``, those importing LlamaIndex or the others."""
+    doc = blocks(path.read_text())
+    out = []
+    for i, block in enumerate(doc):
+        if block.lang != lang or not block.run:
+            continue
+        if re.match(r"# [\w.-]+\.py:", block.code):
+            # A file of a generated client's quick start, run with its generated
+            # package by tests/e2e/test_generated_clients.py.
+            continue
+        if (LLAMAINDEX in block.code) != llamaindex:
+            continue
+        following = doc[i + 1] if i + 1 < len(doc) else None
+        shown = following.code if following is not None and following.lang == "text" else None
+        out.append(Example(block.line, block.code, shown))
+    return out
+
+
+def same_output(got: str, want: str) -> bool:
+    """Equal once ids and times are masked, numbers within 0.02 (int8 inference varies by CPU)."""
+    for pattern, mask in MASKS:
+        got, want = pattern.sub(mask, got), pattern.sub(mask, want)
+    got_numbers, want_numbers = NUMBER.findall(got), NUMBER.findall(want)
+    return (
+        NUMBER.sub("<n>", got).strip() == NUMBER.sub("<n>", want).strip()
+        and len(got_numbers) == len(want_numbers)
+        and all(
+            abs(float(g) - float(w)) < 0.02 for g, w in zip(got_numbers, want_numbers, strict=True)
+        )
+    )
+
+
+def run_example(example: Example, server: Server, key: str, cwd: pathlib.Path, name: str) -> None:
+    """Run a Python example as a reader would (this Python, a key in ``MEMSVC_API_KEY``)
+    and check it prints what the document shows."""
+    assert example.shown is not None, f"the example at line {example.line} shows no output"
+    assert DOC_URL in example.code
+    result = subprocess.run(
+        [sys.executable, "-c", example.code.replace(DOC_URL, server.url)],
+        cwd=cwd,
+        env={**os.environ, "MEMSVC_API_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"line {example.line}:\n{result.stderr}"
+    assert same_output(result.stdout, example.shown), (
+        f"{name}, example at line {example.line}:\n got: {result.stdout}\nwant: {example.shown}"
+    )

@@ -24,6 +24,14 @@ def test_the_version_is_the_distributions() -> None:
     base = [r for r in requires if "extra ==" not in r]
     assert [re.split(r"[<>=!~ ;\[]", r)[0] for r in base] == ["httpx"]
     assert any(r.startswith("mcp") and 'extra == "mcp"' in r for r in requires)
+    extras = {
+        "langchain": "langchain-core",
+        "langgraph": "langgraph",
+        "llamaindex": "llama-index-core",
+        "openai-agents": "openai-agents",
+    }
+    for extra, package in extras.items():
+        assert any(r.startswith(package) and f'extra == "{extra}"' in r for r in requires), extra
 
 
 @pytest.mark.e2e
@@ -60,6 +68,18 @@ def test_the_documented_install_in_a_fresh_environment(tmp_path: pathlib.Path) -
     assert without_extra.returncode == 1
     assert "pip install 'memsvc-client[mcp]'" in without_extra.stderr
     assert "Traceback" not in without_extra.stderr
+    # Each framework adapter, imported without its extra, names the extra.
+    for module, extra in [
+        ("langchain", "langchain"),
+        ("langgraph", "langgraph"),
+        ("llamaindex", "llamaindex"),
+        ("openai_agents", "openai-agents"),
+    ]:
+        imported = sh(f"python -c 'import memsvc_client.{module}'", check=False)
+        assert imported.returncode == 1
+        last = imported.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"ImportError: memsvc_client.{module} needs "), last
+        assert last.endswith(f"pip install 'memsvc-client[{extra}]'"), last
 
     sh(commands[1])
     assert "mcp==" in sh("pip list --format=freeze").stdout.lower()
