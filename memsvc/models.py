@@ -23,6 +23,48 @@ class Memory:
     expires_at: int | None = None
     #: 1 when added, one more with every update.
     version: int = 1
+    #: "message" (memory.ingest) or "fact" (extraction); None: an ordinary memory.
+    kind: str | None = None
+    #: When it was said or happened (epoch ms); None: its time is ``created_at``.
+    occurred_at: int | None = None
+    #: The UTC offset (minutes) its time was given in: where "yesterday" is
+    #: reckoned. None: UTC.
+    offset: int | None = None
+    #: A message's session, role, speaker, place in the session and the caller's id of it.
+    session_id: str | None = None
+    role: str | None = None
+    speaker: str | None = None
+    position: int | None = None
+    message_id: str | None = None
+    #: The time expressions of its text, resolved against its time; None: none found.
+    dates: tuple[DateSpan, ...] | None = None
+    #: A fact's sources (memory ids of the messages it was drawn from).
+    sources: tuple[str, ...] | None = None
+    #: The fact that replaced this one, and when this one stopped being current (epoch ms).
+    superseded_by: str | None = None
+    valid_to: int | None = None
+
+    @property
+    def time(self) -> int:
+        """When it happened: ``occurred_at``, else ``created_at``."""
+        return self.created_at if self.occurred_at is None else self.occurred_at
+
+
+class Moment(t.NamedTuple):
+    """A time as given: epoch milliseconds, and the UTC offset (minutes) it was written in."""
+
+    ms: int
+    #: None: given in UTC, or not given at all (the time of a call).
+    offset: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DateSpan:
+    """A time expression found in a text, as calendar dates (ISO, inclusive)."""
+
+    text: str
+    start: str
+    end: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -65,6 +107,61 @@ class ScoredMemory:
     #: What the search's mode ranked it by: the cosine (semantic, the
     #: default), BM25 (keyword), the fused score (hybrid).
     score: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Selection:
+    """Which of a user's memories a listing or search takes, by kind and time.
+
+    The default takes every kind, at any time, and leaves out only facts a
+    newer fact superseded.
+    """
+
+    #: "memory", "message", "fact"; None: all.
+    kinds: frozenset[str] | None = None
+    #: Exclusive bounds on a memory's time (``occurredAt``, else ``createdAt``), epoch ms.
+    occurred_after: int | None = None
+    occurred_before: int | None = None
+    #: As of this time: memories whose time is at or before it, facts current then.
+    as_of: int | None = None
+    include_superseded: bool = False
+
+    @property
+    def everything(self) -> bool:
+        """Whether it takes every memory but superseded facts (the default)."""
+        return self == _DEFAULT_SELECTION
+
+    def admits(self, memory: Memory) -> bool:
+        kind = memory.kind or "memory"
+        if self.kinds is not None and kind not in self.kinds:
+            return False
+        time = memory.time
+        if self.occurred_after is not None and time <= self.occurred_after:
+            return False
+        if self.occurred_before is not None and time >= self.occurred_before:
+            return False
+        if self.as_of is not None:
+            if time > self.as_of:
+                return False
+            if not self.include_superseded:
+                return memory.valid_to is None or memory.valid_to > self.as_of
+            return True
+        return self.include_superseded or memory.superseded_by is None
+
+
+_DEFAULT_SELECTION = Selection()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Session:
+    """One conversation of an end user, as ``memory.sessions`` lists them."""
+
+    session_id: str
+    #: Its visible messages.
+    messages: int
+    #: The earliest and the latest of its messages' times (epoch ms).
+    first_at: int
+    last_at: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import sys
 import typing as t
 
 from . import clock
+from .models import Moment
 from .text import InvalidText
 from .text import check_text
 from .text import check_unicode
@@ -104,6 +105,14 @@ def timestamp(value: t.Any, *, future: bool = False) -> int:
     if future and ms <= clock.now_ms():
         raise Invalid("must be in the future")
     return ms
+
+
+def moment(value: t.Any) -> Moment:
+    """:func:`timestamp`, with the UTC offset (whole minutes) it was written in."""
+    ms = timestamp(value)
+    offset = datetime.datetime.fromisoformat(value).utcoffset()
+    assert offset is not None
+    return Moment(ms, int(offset.total_seconds() // 60))
 
 
 def metadata(value: t.Any, max_depth: int, max_bytes: int) -> dict[str, t.Any]:

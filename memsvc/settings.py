@@ -251,7 +251,8 @@ SETTINGS: tuple[Setting, ...] = (
     _S("MAX_EMBEDDING_WINDOWS", 800, _int_range(0, 1_000_000),
        "a whole number from 0 (no limit)",
        "Most embedding windows one call's text may need (`content` of `memory.add` and "
-       "`memory.update`, `query` of `memory.search`); a text that needs more is refused with "
+       "`memory.update`, `query` of `memory.search`, every message of a `memory.ingest` "
+       "together); a text that needs more is refused with "
        "`400` before any of it is embedded (0: no limit). 800 takes 65,536 characters of "
        "English prose (about 740 windows, 3 s of one core with the bundled model), not as "
        "many of Chinese (1,821 windows, 9 s).", "Limits"),
@@ -261,10 +262,15 @@ SETTINGS: tuple[Setting, ...] = (
        "embedding windows its text needs, rounded up: a memory of up to about 1,400 "
        "characters of English is one call, one of 65,536 characters about 46 (0: every call "
        "counts as one).", "Limits"),
+    _S("MAX_INGEST_MESSAGES", 1000, positive_int, "a positive whole number",
+       "Most messages one `memory.ingest` call may carry (a longer conversation goes in "
+       "several calls with the same `sessionId`); their embedding windows together are "
+       "bounded by `MEMSVC_MAX_EMBEDDING_WINDOWS` too.", "Limits"),
     _S("MAX_USER_ID_CHARS", 256, positive_int, "a positive whole number",
-       "Longest `userId`, in characters.", "Limits"),
+       "Longest `userId` (and `sessionId`), in characters.", "Limits"),
     _S("MAX_NAME_CHARS", 256, positive_int, "a positive whole number",
-       "Longest API key `name`, in characters.", "Limits"),
+       "Longest API key `name`, message `name` (its speaker) and message `id`, in "
+       "characters.", "Limits"),
     _S("MAX_METADATA_BYTES", 65_536, positive_int, "a positive number of bytes",
        "Largest `metadata`, as compact JSON.", "Limits"),
     _S("MAX_METADATA_DEPTH", 32, positive_int, "a positive whole number",

@@ -18,6 +18,7 @@ import typing as t
 import weakref
 
 from . import clock
+from .models import DateSpan
 from .models import Memory
 from .models import Version
 
@@ -128,8 +129,112 @@ MEMORY: Shape[Memory] = Shape(
             lambda m: timestamp(m.expires_at),
             optional=True,
         ),
+        # The fields below are there only when set: an application that never
+        # ingests conversations sees none of them.
+        Field(
+            "kind",
+            {
+                "type": "string",
+                "enum": ["message", "fact"],
+                "description": '"message" (stored by memory.ingest) or "fact" (drawn from '
+                "messages by extraction); absent on a memory added with memory.add.",
+            },
+            operator.attrgetter("kind"),
+            optional=True,
+        ),
+        Field(
+            "occurredAt",
+            {
+                **TIMESTAMP,
+                "description": "When it was said or happened; absent: its time is createdAt.",
+            },
+            lambda m: timestamp(m.occurred_at),
+            optional=True,
+        ),
+        Field(
+            "sessionId",
+            {"type": "string", "description": "A message's session."},
+            operator.attrgetter("session_id"),
+            optional=True,
+        ),
+        Field(
+            "role",
+            {"type": "string", "enum": ["user", "assistant", "system", "tool"]},
+            operator.attrgetter("role"),
+            optional=True,
+        ),
+        Field(
+            "speaker",
+            {"type": "string", "description": "Who said a message (its name), when given."},
+            operator.attrgetter("speaker"),
+            optional=True,
+        ),
+        Field(
+            "position",
+            {
+                "type": "integer",
+                "minimum": 0,
+                "description": "A message's place in its session: 0, 1, 2... in the order "
+                "received.",
+            },
+            operator.attrgetter("position"),
+            optional=True,
+        ),
+        Field(
+            "messageId",
+            {"type": "string", "description": "Your id of a message, when given."},
+            operator.attrgetter("message_id"),
+            optional=True,
+        ),
+        Field(
+            "dates",
+            {
+                "type": "array",
+                "items": object_schema(
+                    {
+                        "text": {"type": "string"},
+                        "start": {"type": "string", "format": "date"},
+                        "end": {"type": "string", "format": "date"},
+                    },
+                    ["text", "start", "end"],
+                ),
+                "description": "The time expressions of its text ('yesterday', 'last May'), "
+                "resolved against its time as calendar dates (inclusive).",
+            },
+            lambda m: _dates(m.dates),
+            optional=True,
+        ),
+        Field(
+            "sources",
+            {
+                "type": "array",
+                "items": UUID,
+                "description": "A fact's sources: the ids of the messages it was drawn from.",
+            },
+            lambda m: None if m.sources is None else list(m.sources),
+            optional=True,
+        ),
+        Field(
+            "supersededBy",
+            {**UUID, "description": "The id of the fact that replaced this one."},
+            operator.attrgetter("superseded_by"),
+            optional=True,
+        ),
+        Field(
+            "validTo",
+            {**TIMESTAMP, "description": "When a superseded fact stopped being current."},
+            lambda m: timestamp(m.valid_to),
+            optional=True,
+        ),
     ),
 )
+
+
+def _dates(dates: t.Sequence[DateSpan] | None) -> list[Json] | None:
+    if not dates:
+        return None
+    return [{"text": d.text, "start": d.start, "end": d.end} for d in dates]
+
 
 #: One version of a memory, as ``memory.history`` lists them and export files hold them.
 VERSION: Shape[Version] = Shape(

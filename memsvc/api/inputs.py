@@ -159,6 +159,17 @@ class Timestamp(fields.Field):
         return _apply(rules.timestamp, value, future=self.future)
 
 
+class Moment(fields.Field):
+    """An ISO 8601 time with its zone, kept with the offset it was written in (:class:`~memsvc.
+    models.Moment`): "yesterday" in a message means the day before its own date."""
+
+    def __init__(self, **kwargs: t.Any):
+        super().__init__(error_messages={**_MESSAGES}, **kwargs)
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> t.Any:
+        return _apply(rules.moment, value)
+
+
 class FilterField(fields.Field):
     """A metadata filter (:mod:`memsvc.search.filters`), parsed and checked."""
 
@@ -199,12 +210,42 @@ _FRACTION = validate.Range(0, 1, error="must be between 0 and 1")
 # -- memory router -----------------------------------------------------------
 
 
+_OCCURRED_AT = (
+    "When it was said or happened, if not when it is stored (past or future: backfill); "
+    "its time for occurredAfter/occurredBefore, asOf and time-aware ranking."
+)
+
+
 class AddMemoryInput(Input):
     userId = Text("MAX_USER_ID_CHARS", required=True)
     content = Text("MAX_CONTENT_CHARS", required=True)
     metadata = Metadata(load_default=dict)
     expiresAt = Timestamp(future=True, load_default=None)
     dedupe = Flag(load_default=False)
+    occurredAt = Moment(load_default=None, metadata={"description": _OCCURRED_AT})
+
+
+KINDS = ("memory", "message", "fact")
+
+
+class Kinds(fields.List):
+    """A non-empty array of memory kinds, each once at most."""
+
+    def __init__(self, **kwargs: t.Any):
+        super().__init__(
+            fields.String(
+                validate=validate.OneOf(KINDS, error="must be one of memory, message, fact"),
+                error_messages={**_MESSAGES, "invalid": "must be a string"},
+            ),
+            validate=validate.Length(min=1, error="must hold at least one kind"),
+            error_messages={**_MESSAGES, "invalid": "must be an array"},
+            **kwargs,
+        )
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> t.Any:
+        if isinstance(value, list) and len(value) > len(KINDS):
+            raise ValidationError(f"must hold at most {len(KINDS)} kinds")
+        return frozenset(super()._deserialize(value, attr, data, **kwargs))
 
 
 class _Scoped(Input):
@@ -214,6 +255,36 @@ class _Scoped(Input):
     filter = FilterField(load_default=None)
     createdAfter = Timestamp(load_default=None)
     createdBefore = Timestamp(load_default=None)
+    kinds = Kinds(
+        load_default=None,
+        metadata={
+            "description": 'Only memories of these kinds: "memory" (added with memory.add), '
+            '"message" (memory.ingest), "fact" (extraction). Default: all.'
+        },
+    )
+    occurredAfter = Timestamp(
+        load_default=None,
+        metadata={
+            "description": "Only memories whose time (occurredAt, else createdAt) is after it."
+        },
+    )
+    occurredBefore = Timestamp(
+        load_default=None,
+        metadata={
+            "description": "Only memories whose time (occurredAt, else createdAt) is before it."
+        },
+    )
+    asOf = Timestamp(
+        load_default=None,
+        metadata={
+            "description": "Answer as of this time: memories whose time is at or before it, "
+            "facts current then (validTo unset or after it)."
+        },
+    )
+    includeSuperseded = Flag(
+        load_default=False,
+        metadata={"description": "Also facts that newer facts replaced (supersededBy set)."},
+    )
 
 
 class SearchInput(_Scoped):
@@ -261,13 +332,120 @@ class UpdateInput(Input):
     content = Text("MAX_CONTENT_CHARS")
     metadata = Metadata(allow_none=True)
     expiresAt = Timestamp(future=True, allow_none=True)
+    occurredAt = Moment(
+        allow_none=True, metadata={"description": _OCCURRED_AT + " null: its createdAt again."}
+    )
 
-    object_rule = "Give at least one of content, metadata, expiresAt."
+    object_rule = "Give at least one of content, metadata, expiresAt, occurredAt."
 
     @validates_schema
     def _something_to_change(self, data: dict[str, t.Any], **kwargs: t.Any) -> None:
-        if not {"content", "metadata", "expiresAt"} & data.keys():
-            raise ValidationError("give at least one of content, metadata, expiresAt")
+        if not {"content", "metadata", "expiresAt", "occurredAt"} & data.keys():
+            raise ValidationError("give at least one of content, metadata, expiresAt, occurredAt")
+
+
+ROLES = ("user", "assistant", "system", "tool")
+
+
+class MessageInput(Input):
+    error_messages = {"type": "must be an object"}
+
+    role = fields.String(
+        required=True,
+        validate=validate.OneOf(ROLES, error="must be one of user, assistant, system, tool"),
+        error_messages={**_MESSAGES, "invalid": "must be a string"},
+    )
+    content = Text("MAX_CONTENT_CHARS", required=True)
+    name = Text(
+        "MAX_NAME_CHARS",
+        load_default=None,
+        metadata={"description": "Who said it; answered as the message's speaker."},
+    )
+    at = Moment(
+        load_default=None,
+        metadata={
+            "description": "When it was said. Default: the previous message's time; the "
+            "first message's, the time of the call."
+        },
+    )
+    id = Text(
+        "MAX_NAME_CHARS",
+        load_default=None,
+        metadata={
+            "description": "Your id of the message: a message whose id its session already "
+            "holds is not stored again."
+        },
+    )
+
+
+class Messages(fields.List):
+    """The messages of an ingest: at least one, at most the operator's ``MAX_INGEST_MESSAGES``."""
+
+    max_setting = "MAX_INGEST_MESSAGES"
+
+    def __init__(self, **kwargs: t.Any):
+        super().__init__(
+            fields.Nested(MessageInput()),
+            error_messages={**_MESSAGES, "invalid": "must be an array"},
+            **kwargs,
+        )
+
+    def _deserialize(self, value: t.Any, attr: t.Any, data: t.Any, **kwargs: t.Any) -> t.Any:
+        # Counted before any message is validated: a huge array costs nothing.
+        if isinstance(value, list):
+            limit = _limit(self.max_setting)
+            if not value:
+                raise ValidationError("must hold at least one message")
+            if len(value) > limit:
+                raise ValidationError(
+                    f"must hold at most {limit} messages (MEMSVC_MAX_INGEST_MESSAGES); "
+                    "send a long conversation in several calls with the same sessionId"
+                )
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+class IngestInput(Input):
+    userId = Text("MAX_USER_ID_CHARS", required=True)
+    sessionId = Text(
+        "MAX_USER_ID_CHARS",
+        load_default=None,
+        metadata={
+            "description": "The conversation to add to; a later call with the same id goes on "
+            "where it stopped. Default: a new session."
+        },
+    )
+    messages = Messages(required=True)
+    metadata = Metadata(
+        load_default=dict, metadata={"description": "Given to every message of the call."}
+    )
+    extract = Flag(
+        load_default=None,
+        metadata={
+            "description": "Also draw facts from the messages with the operator's language "
+            "model. Default: the server's setting (MEMSVC_EXTRACT)."
+        },
+    )
+
+
+class SessionsInput(Input):
+    userId = Text("MAX_USER_ID_CHARS", required=True)
+    limit = WholeNumber(load_default=100, validate=_LIMIT_1000)
+    cursor = Text(
+        "MAX_USER_ID_CHARS",
+        load_default=None,
+        metadata={"description": "The last sessionId of the previous page."},
+    )
+
+
+class SessionInput(Input):
+    userId = Text("MAX_USER_ID_CHARS", required=True)
+    sessionId = Text("MAX_USER_ID_CHARS", required=True)
+    limit = WholeNumber(load_default=100, validate=_LIMIT_1000)
+    after = WholeNumber(
+        load_default=None,
+        validate=validate.Range(0, error="must be 0 or more"),
+        metadata={"description": "A position: the page starts after it."},
+    )
 
 
 class UserInput(Input):
@@ -318,11 +496,19 @@ class CreateKeyInput(Input):
 
 
 def error_text(messages: t.Any, prefix: str = "") -> list[str]:
-    """Flatten marshmallow's nested messages into ``field: rule`` lines."""
+    """Flatten marshmallow's nested messages into ``field: rule`` lines.
+
+    An item of an array is named by its index: ``messages[3].content``.
+    """
     if isinstance(messages, dict):
         out = []
         for key, value in messages.items():
-            name = prefix if key == "_schema" else (f"{prefix}.{key}" if prefix else str(key))
+            if key == "_schema":
+                name = prefix
+            elif isinstance(key, int):
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
             out.extend(error_text(value, name))
         return out
     if isinstance(messages, list):

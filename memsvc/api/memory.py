@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typing as t
 
+from ..errors import BadRequest
 from ..errors import NotFound
+from ..models import Selection
 from ..observability import audit
+from ..services import conversations
 from ..services import memories
 from . import inputs
 from . import middleware
@@ -33,6 +36,7 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
         params["metadata"],
         expires_at=params["expiresAt"],
         dedupe=params["dedupe"],
+        occurred_at=params["occurredAt"],
     )
 
 
@@ -70,7 +74,19 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
         filter=params["filter"],
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
+        selection=selection_of(params),
         max_bytes=call.budget,
+    )
+
+
+def selection_of(params: dict[str, t.Any]) -> Selection:
+    """Which memories a search or listing takes, from its input's kind and time fields."""
+    return Selection(
+        kinds=params["kinds"],
+        occurred_after=params["occurredAfter"],
+        occurred_before=params["occurredBefore"],
+        as_of=params["asOf"],
+        include_superseded=params["includeSuperseded"],
     )
 
 
@@ -103,6 +119,7 @@ def update(call: Call, params: dict[str, t.Any]) -> t.Any:
         content=params.get("content", memories.UNSET),
         metadata=params.get("metadata", memories.UNSET),
         expires_at=params.get("expiresAt", memories.UNSET),
+        occurred_at=params.get("occurredAt", memories.UNSET),
     )
 
 
@@ -132,3 +149,47 @@ def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
         "memory.deleteAll", f"key:{call.caller.key.id}", call.caller.tenant, deleted=deleted
     )
     return {"success": True, "deleted": deleted}
+
+
+@router.mutation("ingest", input=inputs.IngestInput(), output=outputs.INGESTED)
+def ingest(call: Call, params: dict[str, t.Any]) -> t.Any:
+    if params["extract"]:
+        raise BadRequest(
+            "Invalid input: extract: no language model is configured on this server (its "
+            "operator sets MEMSVC_LLM_URL and MEMSVC_LLM_MODEL)"
+        )
+    messages = [
+        conversations.Message(m["role"], m["content"], m["name"], m["at"], m["id"])
+        for m in params["messages"]
+    ]
+    middleware.pay_for_embedding_all(
+        call, "messages", [m.content for m in messages], call.runtime.embedder
+    )
+    return conversations.ingest(
+        call.store(),
+        call.runtime.embedder,
+        call.caller.tenant,
+        params["userId"],
+        messages,
+        session_id=params["sessionId"],
+        metadata=params["metadata"],
+    )
+
+
+@router.query("sessions", input=inputs.SessionsInput(), output=outputs.SESSIONS)
+def sessions(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return conversations.sessions(
+        call.store(), call.caller.tenant, params["userId"], params["limit"], cursor=params["cursor"]
+    )
+
+
+@router.query("session", input=inputs.SessionInput(), output=outputs.MEMORIES, errors=[NotFound])
+def session(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return conversations.session(
+        call.store(),
+        call.caller.tenant,
+        params["userId"],
+        params["sessionId"],
+        params["limit"],
+        after=params["after"],
+    )

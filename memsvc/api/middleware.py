@@ -151,9 +151,20 @@ def pay_for_embedding(
     it was counted as one when :func:`limited` admitted it, and the rest is
     charged here. Counting the windows tokenizes; nothing is embedded.
     """
-    config = call.config
-    windows = needed(embedder, text, query=query)
     advice = "search with a shorter query" if query else "store it as several shorter memories"
+    _pay_for_windows(call, field, needed(embedder, text, query=query), advice)
+
+
+def pay_for_embedding_all(
+    call: Call, field: str, texts: t.Sequence[str], embedder: Embedder
+) -> None:
+    """:func:`pay_for_embedding` for the texts of one call (an ingest's messages) together."""
+    windows = sum(needed(embedder, text) for text in texts)
+    _pay_for_windows(call, field, windows, "send the messages in several calls")
+
+
+def _pay_for_windows(call: Call, field: str, windows: int, advice: str) -> None:
+    config = call.config
     budget = config["MAX_EMBEDDING_WINDOWS"]
     if budget and windows > budget:
         raise BadRequest(

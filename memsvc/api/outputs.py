@@ -17,6 +17,8 @@ from ..models import ApiKey
 from ..models import CreatedKey
 from ..models import EndUser
 from ..models import ScoredMemory
+from ..models import Session
+from ..services.conversations import Ingested
 from ..wire import TIMESTAMP
 from ..wire import UUID
 from ..wire import Field
@@ -54,6 +56,71 @@ _END_USER = Shape[EndUser](
     ),
 )
 END_USERS = Output.list_of(Component.of(_END_USER), _END_USER.json)
+
+
+_SESSION = Shape[Session](
+    "Session",
+    (
+        Field("sessionId", {"type": "string"}, operator.attrgetter("session_id")),
+        Field(
+            "messages",
+            {"type": "integer", "minimum": 1, "description": "Visible messages (not expired)."},
+            operator.attrgetter("messages"),
+        ),
+        Field(
+            "firstAt",
+            {**TIMESTAMP, "description": "The earliest of its messages' times."},
+            lambda s: wire.timestamp(s.first_at),
+        ),
+        Field(
+            "lastAt",
+            {**TIMESTAMP, "description": "The latest of its messages' times."},
+            lambda s: wire.timestamp(s.last_at),
+        ),
+    ),
+)
+SESSIONS = Output.list_of(Component.of(_SESSION), _SESSION.json)
+
+
+def _ingested_text(result: Ingested) -> str:
+    return (
+        f'{{"sessionId":{wire.encode(result.session_id)},"memories":'
+        f"{wire.list_text(map(wire.memory_text, result.memories))},"
+        f'"duplicates":{result.duplicates}}}'
+    )
+
+
+_INGEST_RESULT = Component(
+    "IngestResult",
+    object_schema(
+        {
+            "sessionId": {"type": "string", "description": "The session the messages are in."},
+            "memories": {
+                "type": "array",
+                "items": MEMORY_COMPONENT.ref,
+                "description": "One memory per message, in the order given (a message "
+                "already stored: the memory stored for it then).",
+            },
+            "duplicates": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "How many messages the session already held (by id).",
+            },
+        },
+        ["sessionId", "memories", "duplicates"],
+    ),
+)
+INGESTED = Output(
+    _INGEST_RESULT.ref,
+    (_INGEST_RESULT, MEMORY_COMPONENT),
+    _INGEST_RESULT.name,
+    lambda r: {
+        "sessionId": r.session_id,
+        "memories": [wire.MEMORY.json(m) for m in r.memories],
+        "duplicates": r.duplicates,
+    },
+    _ingested_text,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,9 @@ from ..errors import NotFound
 from ..errors import PayloadTooLarge
 from ..models import EndUser
 from ..models import Memory
+from ..models import Moment
 from ..models import ScoredMemory
+from ..models import Selection
 from ..models import Version
 from ..models import compact_json
 from ..models import dedupe_key
@@ -32,6 +34,7 @@ from ..search import SearchCache
 from ..search import search as search_memories
 from ..search.filters import Filter
 from ..store import Store
+from . import timing
 
 
 class _Unset:
@@ -57,11 +60,13 @@ def add(
     *,
     expires_at: int | None = None,
     dedupe: bool = False,
+    occurred_at: Moment | None = None,
 ) -> Memory:
     """Embed and store a memory; it is committed, with its vectors, on return.
 
     With ``dedupe``, a memory of this user with the same trimmed text and
-    metadata is returned instead, and nothing new is stored.
+    metadata is returned instead, and nothing new is stored. ``occurred_at``:
+    when it happened, if not when it is added.
     """
     key = dedupe_key(content, metadata) if dedupe else None
     if key is not None:
@@ -80,6 +85,9 @@ def add(
         created_at=now,
         updated_at=now,
         expires_at=expires_at,
+        occurred_at=None if occurred_at is None else occurred_at.ms,
+        offset=None if occurred_at is None else occurred_at.offset,
+        dates=timing.dates_of(content, occurred_at or Moment(now)),
     )
     with store.write():
         if key is not None:
@@ -143,6 +151,7 @@ def get_all(
     filter: Filter | None = None,
     created_after: int | None = None,
     created_before: int | None = None,
+    selection: Selection | None = None,
     max_bytes: int | None = None,
 ) -> list[Memory]:
     """A page of a user's memories, newest first, after the memory ``cursor`` if given.
@@ -171,6 +180,7 @@ def get_all(
             before=before,
             created_after=created_after,
             created_before=created_before,
+            selection=selection,
         ):
             if filter and not filter.matches(memory.metadata):
                 continue
@@ -236,12 +246,15 @@ def update(
     content: t.Any = UNSET,
     metadata: t.Any = UNSET,
     expires_at: t.Any = UNSET,
+    occurred_at: t.Any = UNSET,
 ) -> Memory:
-    """Change a memory's text, metadata or expiry; the version before goes to its history.
+    """Change a memory's text, metadata, expiry or time; the version before goes to its history.
 
     New text gets new vectors in the same transaction. ``metadata=None``
-    clears it to ``{}``, ``expires_at=None`` removes the expiry. ``createdAt``
-    and ``id`` never change.
+    clears it to ``{}``, ``expires_at=None`` removes the expiry,
+    ``occurred_at=None`` its own time (its time is then its ``createdAt``).
+    ``createdAt`` and ``id`` never change. Its dates are resolved again when
+    its text or time changes.
     """
     vectors = document_vectors(embedder, [content])[0] if content is not UNSET else None
     with store.write():
@@ -259,6 +272,15 @@ def update(
             updated_at=max(now, previous.updated_at + 1),
             version=previous.version + 1,
         )
+        if occurred_at is not UNSET:
+            updated = dataclasses.replace(
+                updated,
+                occurred_at=None if occurred_at is None else occurred_at.ms,
+                offset=None if occurred_at is None else occurred_at.offset,
+            )
+        if content is not UNSET or occurred_at is not UNSET:
+            when = Moment(updated.time, updated.offset)
+            updated = dataclasses.replace(updated, dates=timing.dates_of(updated.content, when))
         store.update_memory(seq, previous, updated, vectors)
     return updated
 

@@ -26,13 +26,20 @@ import typing as t
 import numpy as np
 
 from ..models import ApiKey
+from ..models import DateSpan
 from ..models import EndUser
 from ..models import Memory
+from ..models import Selection
+from ..models import Session
 from ..models import Version
 
 MEMORY_COLUMNS = (
-    "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
+    "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version, "
+    "kind, occurred_at, time_offset, session_id, role, speaker, position, message_id, dates, "
+    "sources, superseded_by, valid_to"
 )
+#: How many columns :data:`MEMORY_COLUMNS` names.
+MEMORY_WIDTH = MEMORY_COLUMNS.count(",") + 1
 KEY_COLUMNS = (
     "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit"
 )
@@ -41,18 +48,43 @@ ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
 
 def memory_of(row: t.Sequence[t.Any]) -> Memory:
     """A :class:`Memory` from a row of :data:`MEMORY_COLUMNS`."""
+    if row[9] is None and row[10] is None and row[17] is None:
+        # An ordinary memory (no kind, time or dates): the fields every memory has.
+        return Memory(
+            row[0], row[1], row[2], row[3],
+            # Most memories carry no metadata: no parse for those.
+            {} if row[4] == "{}" else json.loads(row[4]),
+            row[5], row[6], row[7], row[8],
+        )  # fmt: skip
     return Memory(
-        id=row[0],
-        tenant=row[1],
-        user_id=row[2],
-        content=row[3],
-        # Most memories carry no metadata: no parse for those.
-        metadata={} if row[4] == "{}" else json.loads(row[4]),
-        created_at=row[5],
-        updated_at=row[6],
-        expires_at=row[7],
-        version=row[8],
-    )
+        row[0], row[1], row[2], row[3],
+        {} if row[4] == "{}" else json.loads(row[4]),
+        row[5], row[6], row[7], row[8],
+        kind=row[9],
+        occurred_at=row[10],
+        offset=row[11],
+        session_id=row[12],
+        role=row[13],
+        speaker=row[14],
+        position=row[15],
+        message_id=row[16],
+        dates=None if row[17] is None else dates_of(row[17]),
+        sources=None if row[18] is None else tuple(json.loads(row[18])),
+        superseded_by=row[19],
+        valid_to=row[20],
+    )  # fmt: skip
+
+
+def dates_of(text: str) -> tuple[DateSpan, ...]:
+    """A memory's ``dates`` from their stored JSON (:func:`dates_text`)."""
+    return tuple(DateSpan(*span) for span in json.loads(text))
+
+
+def dates_text(dates: t.Sequence[DateSpan] | None) -> str | None:
+    """A memory's ``dates`` as stored: ``[[text, start, end], ...]``; None for none."""
+    if not dates:
+        return None
+    return json.dumps([[d.text, d.start, d.end] for d in dates], ensure_ascii=False)
 
 
 def key_of(row: t.Sequence[t.Any]) -> ApiKey:
@@ -252,11 +284,13 @@ class Store(abc.ABC):
         before: tuple[int, int] | None = None,
         created_after: int | None = None,
         created_before: int | None = None,
+        selection: Selection | None = None,
     ) -> t.Iterator[tuple[int, Memory]]:
         """A user's visible memories newest first, from just after ``before`` on.
 
         ``before`` is the ``(created_at, seq)`` of the last memory already
-        seen. Rows stream: the caller stops when it has enough.
+        seen; only those ``selection`` admits (None: all but superseded facts).
+        Rows stream: the caller stops when it has enough.
         """
 
     @abc.abstractmethod
@@ -303,6 +337,50 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def memories_by_seq(self, seqs: t.Sequence[int]) -> dict[int, Memory]:
         """The memories with these seqs (missing ones are absent)."""
+
+    # -- conversations (:mod:`.conversations`) ------------------------------------
+
+    @abc.abstractmethod
+    def next_position(self, tenant: str, user_id: str, session_id: str) -> int:
+        """The position the session's next message gets (0 for a new session).
+
+        Inside write(): the user's other writers wait until this transaction ends.
+        """
+
+    @abc.abstractmethod
+    def messages_by_id(
+        self, tenant: str, user_id: str, session_id: str, message_ids: t.Sequence[str]
+    ) -> dict[str, tuple[int, Memory]]:
+        """The session's messages with these caller ids, with their seqs, expired ones too."""
+
+    @abc.abstractmethod
+    def sessions(
+        self, tenant: str, user_id: str, now: int, limit: int, after: str | None = None
+    ) -> list[Session] | None:
+        """A page of the user's sessions, latest message first; None if ``after`` is no session."""
+
+    @abc.abstractmethod
+    def session_messages(
+        self,
+        tenant: str,
+        user_id: str,
+        session_id: str,
+        now: int,
+        limit: int,
+        after: int | None = None,
+    ) -> list[Memory] | None:
+        """A page of a session's visible messages by position; None if it is no session."""
+
+    @abc.abstractmethod
+    def neighbours(
+        self,
+        tenant: str,
+        user_id: str,
+        anchors: t.Sequence[tuple[str, int]],
+        n: int,
+        now: int,
+    ) -> dict[tuple[str, int], tuple[list[Memory], list[Memory]]]:
+        """Up to ``n`` visible messages before and after each ``(session_id, position)``."""
 
     # -- search ----------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import numpy as np
 from ..models import ApiKey
 from ..models import EndUser
 from ..models import Memory
+from ..models import Selection
 from ..models import Version
 from ..models import compact_json
 from ..models import dedupe_key
@@ -32,11 +33,15 @@ from . import schema
 from .base import ENTRY_COLUMNS
 from .base import KEY_COLUMNS
 from .base import MEMORY_COLUMNS
+from .base import MEMORY_WIDTH
 from .base import Entry
 from .base import Store
 from .base import UserState
+from .base import dates_text
 from .base import key_of
 from .base import memory_of
+from .conversations import ConversationSql
+from .conversations import selection_where
 
 #: A migration step: a statement (rendered for the store), or a function of the store.
 Step = str | t.Callable[["SqlStore"], None]
@@ -60,7 +65,7 @@ class Cursor(t.Protocol):
     def __iter__(self) -> t.Iterator[t.Any]: ...
 
 
-class SqlStore(Store):
+class SqlStore(ConversationSql, Store):
     """The contract, kept with the SQL both stores share; subclasses fill in the rest."""
 
     #: Schema version -> its steps, for this store; a new database starts at _FIRST_VERSION.
@@ -73,6 +78,8 @@ class SqlStore(Store):
     _BEGIN_READ: t.ClassVar[str]
     #: The larger of two values (SQLite's max() of two arguments, PostgreSQL's greatest()).
     _GREATEST: t.ClassVar[str]
+    #: The smaller of two values (SQLite's min(), PostgreSQL's least()).
+    _LEAST: t.ClassVar[str]
     #: Orders API keys created in the same millisecond: their insertion order.
     _KEY_ORDER: t.ClassVar[str]
     #: ``INSERT INTO memories`` with a given ``seq`` (PostgreSQL: OVERRIDING SYSTEM VALUE).
@@ -278,19 +285,20 @@ class SqlStore(Store):
         first_vids: t.Sequence[int],
         windows: t.Sequence[int],
     ) -> None:
-        """The ``memories`` rows of new memories, with the seqs and vector ids they were given."""
+        """The ``memories`` rows of new memories, with the seqs and vector ids they were given.
+
+        Messages count in their sessions.
+        """
+        marks = ", ".join("?" * (MEMORY_WIDTH + 4))
         self._many(
             f"INSERT INTO memories (seq, {MEMORY_COLUMNS}, first_vid, windows, dedupe_key) "
-            f"{self._INSERT_MEMORY} (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"{self._INSERT_MEMORY} ({marks})",
             [
-                (
-                    seq, m.id, m.tenant, m.user_id, m.content, compact_json(m.metadata),
-                    m.created_at, m.updated_at, m.expires_at, m.version, first, w,
-                    dedupe_key(m.content, m.metadata),
-                )
+                (seq, *record_values(m), first, w, dedupe_key(m.content, m.metadata))
                 for seq, m, first, w in zip(seqs, memories, first_vids, windows, strict=True)
             ],
-        )  # fmt: skip
+        )
+        self._sessions_grew(memories)
 
     def _index(self, memories: t.Iterable[tuple[int, int, str]]) -> None:
         """Add ``(user_key, seq, content)`` to the keyword index."""
@@ -337,13 +345,18 @@ class SqlStore(Store):
         )  # fmt: skip
         self._execute(
             "UPDATE memories SET content = ?, metadata = ?, updated_at = ?, expires_at = ?, "
-            "version = ?, dedupe_key = ? WHERE seq = ?",
+            "version = ?, dedupe_key = ?, occurred_at = ?, time_offset = ?, dates = ?, "
+            "superseded_by = ?, valid_to = ? WHERE seq = ?",
             (
                 updated.content, compact_json(updated.metadata), updated.updated_at,
                 updated.expires_at, updated.version,
-                dedupe_key(updated.content, updated.metadata), seq,
+                dedupe_key(updated.content, updated.metadata), updated.occurred_at,
+                updated.offset, dates_text(updated.dates), updated.superseded_by,
+                updated.valid_to, seq,
             ),
         )  # fmt: skip
+        if updated.session_id is not None and updated.time != previous.time:
+            self._session_times(tenant, user_id, updated.session_id)
         user_key = self._user_key(tenant, user_id)
         self._execute(
             f"UPDATE memory_users SET last_write = {self._GREATEST}(last_write, ?) "
@@ -402,13 +415,15 @@ class SqlStore(Store):
         self._lock_owner(tenant, memory_id)
         row = self._one(
             "DELETE FROM memories WHERE id = ? AND tenant = ? "
-            "RETURNING seq, user_id, first_vid, windows, content",
+            "RETURNING seq, user_id, first_vid, windows, content, session_id",
             (memory_id, tenant),
         )
         if row is None:
             return False
-        seq, user_id, first_vid, windows, content = row
+        seq, user_id, first_vid, windows, content, session_id = row
         self._delete_vectors(tenant, user_id, first_vid, windows)
+        if session_id is not None:
+            self._session_shrank(tenant, user_id, session_id)
         user_key = self._user_key(tenant, user_id)
         self._unindex(user_key, seq, content)
         self._execute(
@@ -439,6 +454,7 @@ class SqlStore(Store):
             raise RuntimeError(f"{tenant}/{user_id}: {erased} vectors for {expected} windows")
         user_key = self._user_key(tenant, user_id)
         self._execute("DELETE FROM memory_terms WHERE user_key = ?", (user_key,))
+        self._sessions_erased(tenant, user_id)
         # The user's row goes too: back again, they are a new user (a new key).
         self._execute("DELETE FROM memory_users WHERE user_key = ?", (user_key,))
         self._erased()
@@ -493,9 +509,13 @@ class SqlStore(Store):
         before: tuple[int, int] | None = None,
         created_after: int | None = None,
         created_before: int | None = None,
+        selection: Selection | None = None,
     ) -> t.Iterator[tuple[int, Memory]]:
         where = [f"tenant = ? AND user_id = ? AND {VISIBLE}"]
         params: list[t.Any] = [tenant, user_id, now]
+        chosen, values = selection_where(selection)
+        where += chosen
+        params += values
         if before is not None:
             condition, values = self._before(*before)
             where.append(condition)
@@ -583,7 +603,8 @@ class SqlStore(Store):
             f"WHERE {where} AND {VISIBLE} ORDER BY seq",
             (*params, now),
         ):
-            yield row[0], memory_of(row[1:10]), row[10], row[11]
+            end = 1 + MEMORY_WIDTH
+            yield row[0], memory_of(row[1:end]), row[end], row[end + 1]
 
     def existing_ids(self, ids: t.Sequence[str]) -> set[str]:
         found: set[str] = set()
@@ -774,6 +795,17 @@ class SqlStore(Store):
         self._set_meta("dimensions", str(dimensions))
         self._execute("DROP TABLE reembed_staging")
         self._erased()  # the old vectors' bytes go (SQLite: at the next checkpoint)
+
+
+def record_values(m: Memory) -> tuple[t.Any, ...]:
+    """A memory's values for the columns :data:`~.base.MEMORY_COLUMNS` names, in order."""
+    return (
+        m.id, m.tenant, m.user_id, m.content, compact_json(m.metadata), m.created_at,
+        m.updated_at, m.expires_at, m.version, m.kind, m.occurred_at, m.offset, m.session_id,
+        m.role, m.speaker, m.position, m.message_id, dates_text(m.dates),
+        None if m.sources is None else compact_json(list(m.sources)), m.superseded_by,
+        m.valid_to,
+    )  # fmt: skip
 
 
 def _past_prefix(prefix: str) -> str | None:

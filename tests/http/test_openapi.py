@@ -339,6 +339,30 @@ def test_every_procedure_answers_what_the_document_says(app, client, doc):
     call("service.info", None, key)
     call("memory.users", None, key)
     call("memory.users", {"prefix": "u", "limit": 5}, key)
+    call(
+        "memory.add",
+        {"userId": "u", "content": "Bob ran", "occurredAt": "2020-01-01T10:00:00Z"},
+        key,
+    )
+    talk = [
+        {"role": "user", "name": "Bob", "content": "I ran 10k yesterday", "id": "m1",
+         "at": "2026-03-10T19:30:00+01:00"},
+        {"role": "assistant", "content": "Well done!"},
+    ]  # fmt: skip
+    ingested = call("memory.ingest", {"userId": "u", "sessionId": "s", "messages": talk}, key)
+    call("memory.ingest", {"userId": "u", "sessionId": "s", "messages": talk[:1]}, key)
+    call("memory.sessions", {"userId": "u", "limit": 10}, key)
+    call("memory.session", {"userId": "u", "sessionId": "s", "after": 0}, key)
+    call(
+        "memory.getAll",
+        {"userId": "u", "kinds": ["message"], "occurredAfter": "2020-01-01T00:00:00Z"},
+        key,
+    )
+    call(
+        "memory.update",
+        {"id": ingested["memories"][0]["id"], "occurredAt": "2026-03-10T19:00:00+01:00"},  # type: ignore[index]
+        key,
+    )
     call("memory.delete", {"id": m["id"]}, key)
     call("memory.deleteAll", {"userId": "u"}, key)
     call("keys.list", None, token)

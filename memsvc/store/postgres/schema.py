@@ -12,6 +12,8 @@ database starts at the version that first supported it.
 
 from __future__ import annotations
 
+from ..conversations import CONVERSATION_INDEXES
+from ..conversations import CONVERSATIONS
 from ..sql import Step
 from ..sql import build_postings
 from .limits import OBJECTS as LIMITS_OBJECTS
@@ -151,6 +153,7 @@ MIGRATIONS: dict[int, list[Step]] = {
             SELECT tenant, user_id, vid, embedding FROM memory_vectors_5""",
         "DROP TABLE memory_vectors_5",
     ],
+    7: [*CONVERSATIONS],
 }
 
 
@@ -171,7 +174,7 @@ OBJECTS = frozenset(
     [("extension", "vector"), ("sequence", "memsvc_erasures")]
     + [("table", name) for name in (
         "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
-        "memory_terms", "memory_vectors",
+        "memory_terms", "memory_vectors", "memory_sessions",
     )]
     + [("sequence", name) for name in (
         "api_keys_seq_seq", "memories_seq_seq", "memory_users_user_key_seq",
@@ -181,7 +184,8 @@ OBJECTS = frozenset(
         "api_keys_secret_hash_key", "api_keys_by_tenant", "memories_pkey", "memories_id_key",
         "memories_by_user", "memories_by_user_vid", "memories_by_dedupe_key",
         "memories_expiring", "memory_vectors_pkey", "memory_history_pkey",
-        "memory_users_pkey", "memory_users_key", "memory_terms_pkey",
+        "memory_users_pkey", "memory_users_key", "memory_terms_pkey", "memory_sessions_pkey",
+        *CONVERSATION_INDEXES,
     )]
     + [("constraint", "memory_history_memory_seq_fkey")]
 ) | LIMITS_OBJECTS  # fmt: skip

@@ -13,6 +13,8 @@ import json
 import typing as t
 
 from ...models import dedupe_key
+from ..conversations import CONVERSATION_INDEXES
+from ..conversations import CONVERSATIONS
 from ..sql import Step
 from ..sql import build_postings
 from . import vec0
@@ -187,6 +189,7 @@ MIGRATIONS: dict[int, list[Step]] = {
     # Schema 6 is PostgreSQL's alone (each vector's float32s in a column of
     # their own, for loading users); SQLite's vectors are raw float32s already.
     6: [],
+    7: [*CONVERSATIONS],
 }
 
 
@@ -195,10 +198,11 @@ MIGRATIONS: dict[int, list[Step]] = {
 OBJECTS = frozenset(
     [("table", name) for name in (
         "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
-        "memory_terms", "memory_vectors", *vec0.SHADOW_TABLES,
+        "memory_terms", "memory_vectors", "memory_sessions", *vec0.SHADOW_TABLES,
     )]
     + [("index", name) for name in (
         "api_keys_by_tenant", "memories_by_user", "memories_by_user_vid",
         "memories_by_dedupe_key", "memories_expiring", "memory_vectors_chunks_by_partition",
+        *CONVERSATION_INDEXES,
     )]
 )  # fmt: skip

@@ -38,6 +38,7 @@ class SqliteStore(SqlStore):
     _BEGIN_WRITE = "BEGIN IMMEDIATE"
     _BEGIN_READ = "BEGIN"
     _GREATEST = "max"
+    _LEAST = "min"
     _KEY_ORDER = "rowid"
     _BY_EXPIRY = " INDEXED BY memories_expiring"
     _STAGING_TABLE = (
