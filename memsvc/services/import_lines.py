@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import datetime
 import re
 import typing as t
 
@@ -22,6 +23,7 @@ from .. import tokens
 from ..limits import MAX_CONCURRENT
 from ..limits import MAX_PER_MINUTE
 from ..models import ApiKey
+from ..models import DateSpan
 from ..models import Memory
 from ..models import Version
 from ..text import InvalidText
@@ -216,9 +218,89 @@ def _memory(raw: dict[str, t.Any], dims: int, limits: Rules) -> MemoryLine:
         expires_at=_field(raw, "expiresAt", "expiresAt", rules.timestamp, default=None),
         version=_field(raw, "version", "version", rules.whole_number, 1, MAX_VERSION, default=1),
     )
+    memory = _conversation(raw, memory, limits)
     history = _history(raw.get("history"), memory.version, limits)
     vectors = _field(raw, "vectors", "vectors", _vectors, dims, default=None)
     return MemoryLine(memory, history, vectors)
+
+
+_ROLES = ("user", "assistant", "system", "tool")
+#: The UTC offsets ISO 8601 times can have, in minutes.
+_MAX_OFFSET = 24 * 60 - 1
+
+
+def _one_of(value: t.Any, choices: t.Sequence[str]) -> str:
+    if value not in choices:
+        raise rules.Invalid(f"must be one of {', '.join(choices)}")
+    return t.cast(str, value)
+
+
+def _date(value: t.Any) -> str:
+    if not isinstance(value, str):
+        raise rules.Invalid("must be a date string")
+    try:
+        return datetime.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise rules.Invalid("must be a date such as 2023-05-07") from None
+
+
+def _dates(value: t.Any, max_chars: int) -> tuple[DateSpan, ...]:
+    if not isinstance(value, list) or not value:
+        raise rules.Invalid("must be a non-empty list")
+    out = []
+    for span in value:
+        if not isinstance(span, dict) or set(span) != {"text", "start", "end"}:
+            raise rules.Invalid("must hold objects of text, start and end")
+        start, end = _date(span["start"]), _date(span["end"])
+        if start > end:
+            raise rules.Invalid("must have each start at or before its end")
+        out.append(DateSpan(rules.text(span["text"], max_chars), start, end))
+    return tuple(out)
+
+
+def _sources(value: t.Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise rules.Invalid("must be a list")
+    return tuple(_uuid(v) for v in value)
+
+
+def _conversation(raw: dict[str, t.Any], memory: Memory, limits: Rules) -> Memory:
+    """The fields of a message or a fact (version 3), each checked as the API checks it."""
+    kind = _field(raw, "kind", "kind", _one_of, ("message", "fact"), default=None)
+    occurred = _field(raw, "occurredAt", "occurredAt", rules.timestamp, default=None)
+    offset = _field(
+        raw, "timeOffset", "timeOffset", rules.whole_number, -_MAX_OFFSET, _MAX_OFFSET,
+        default=None,
+    )  # fmt: skip
+    session = _field(
+        raw, "sessionId", "sessionId", rules.text, limits.max_user_id_chars, default=None
+    )
+    role = _field(raw, "role", "role", _one_of, _ROLES, default=None)
+    speaker = _field(raw, "speaker", "speaker", rules.text, limits.max_name_chars, default=None)
+    position = _field(raw, "position", "position", rules.whole_number, 0, 2**62, default=None)
+    message_id = _field(
+        raw, "messageId", "messageId", rules.text, limits.max_name_chars, default=None
+    )
+    if session is None:
+        if any(v is not None for v in (role, speaker, position, message_id)):
+            raise ValueError("role, speaker, position and messageId need a sessionId")
+    elif kind != "message" or role is None or position is None:
+        raise ValueError("a message (sessionId) needs kind message, a role and a position")
+    return dataclasses.replace(
+        memory,
+        kind=kind,
+        occurred_at=occurred,
+        offset=offset if occurred is not None else None,
+        session_id=session,
+        role=role,
+        speaker=speaker,
+        position=position,
+        message_id=message_id,
+        dates=_field(raw, "dates", "dates", _dates, limits.max_content_chars, default=None),
+        sources=_field(raw, "sources", "sources", _sources, default=None),
+        superseded_by=_field(raw, "supersededBy", "supersededBy", _uuid, default=None),
+        valid_to=_field(raw, "validTo", "validTo", rules.timestamp, default=None),
+    )
 
 
 def _key(raw: dict[str, t.Any], number: int, limits: Rules) -> KeyLine:

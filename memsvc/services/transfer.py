@@ -4,7 +4,7 @@ The file is one header line, then the API keys (of the whole database or
 of the exported tenant; none when one end user is exported), then one
 memory per line, oldest first::
 
-    {"format": "memsvc-export", "version": 2, "model": "local:all-MiniLM-L6-v2",
+    {"format": "memsvc-export", "version": 3, "model": "local:all-MiniLM-L6-v2",
      "dimensions": 384, "exportedAt": "...", "tenant": null, "userId": null, "memories": 2,
      "apiKeys": 1}
     {"apiKey": {"id": "...", "tenant": "acme", "keyId": "...", "name": "...",
@@ -15,11 +15,18 @@ memory per line, oldest first::
      "history": [{"version": 1, "content": "...", "metadata": {}, "event": "add", "at": "..."}],
      "vectors": ["<base64 of little-endian float32>", ...]}
 
+A message or a fact carries its other fields too, each only when set, as the
+API shows them (``kind``, ``occurredAt``, ``sessionId``, ``role``,
+``speaker``, ``position``, ``messageId``, ``dates``, ``sources``,
+``supersededBy``, ``validTo``), and ``timeOffset``, the UTC offset in minutes
+its time was given in (version 3).
+
 Times are ISO 8601 with milliseconds, exactly as the API shows them, and
 vectors are the stored bits, so a database imported from an export answers
 ``getAll`` and ``search`` exactly as the one exported. Keys travel as the
 hashes the database keeps, never as secrets: callers keep using theirs
-after a move. Version 1 files (memories only) still import.
+after a move. Version 1 files (memories only) and version 2 files (without
+conversations) still import.
 
 Import trusts no line: it writes only the tenants it is given
 (:class:`~memsvc.services.import_lines.Rules`), and checks every field by
@@ -61,9 +68,9 @@ from .import_lines import Rules
 from .import_lines import read_line
 
 FORMAT = "memsvc-export"
-FORMAT_VERSION = 2
-#: Versions import reads: 1 had no API keys.
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+#: Versions import reads: 1 had no API keys, 2 no conversations.
+READABLE_VERSIONS = (1, 2, 3)
 #: Memories read per round of ``Store.exported`` (vectors and history in bulk).
 EXPORT_BATCH = 500
 
@@ -176,11 +183,22 @@ MEMORY_FIELDS = {
     "updatedAt": "updatedAt",
     "expiresAt": "expiresAt",
 }
+#: The Memory's fields a line holds only when the memory has them (version 3),
+#: after :data:`MEMORY_FIELDS`, by the same names.
+MEMORY_EXTRAS = (
+    "kind", "occurredAt", "sessionId", "role", "speaker", "position", "messageId", "dates",
+    "sources", "supersededBy", "validTo",
+)  # fmt: skip
 
 
 def _record_line(memory: Memory, versions: list[Version], vectors: np.ndarray) -> str:
     values = wire.MEMORY.values(memory)
     record = {name: values[field] for name, field in MEMORY_FIELDS.items()}
+    for name in MEMORY_EXTRAS:
+        if values[name] is not None:
+            record[name] = values[name]
+    if memory.offset is not None:
+        record["timeOffset"] = memory.offset
     record["version"] = memory.version
     record["history"] = [wire.VERSION.json(v) for v in versions]
     record["vectors"] = [_vector_text(v) for v in vectors]

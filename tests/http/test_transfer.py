@@ -80,7 +80,7 @@ def test_export_then_import_into_a_fresh_database_answers_byte_for_byte_the_same
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
     assert header["model"] == "local:all-MiniLM-L6-v2" and header["memories"] == 17
-    assert header["version"] == 2 and header["apiKeys"] == 2
+    assert header["version"] == 3 and header["apiKeys"] == 2
     assert oct(path.stat().st_mode)[-3:] == "600"
     # Keys travel as the hashes the database keeps, never as secrets.
     assert not any(h["x-api-key"] in path.read_text() for h in auth.values())
@@ -336,6 +336,52 @@ def test_a_version_1_file_without_keys_still_imports(make_app, memsvc_cli, cli_c
     cli_context.overrides = {**cli_context.overrides, "DATABASE": str(tmp_path / "new.sqlite3")}
     result = memsvc_cli("import", str(path), "--all-tenants")
     assert result.stderr.strip() == "Imported 17 memories."
-    header["version"] = 3
+    header["version"] = 4
     path.write_text(json.dumps(header) + "\n")
-    assert "format version 3 is not supported" in memsvc_cli("import", str(path)).stderr
+    assert "format version 4 is not supported" in memsvc_cli("import", str(path)).stderr
+
+
+def test_conversations_survive_a_round_trip_byte_for_byte(
+    make_app, memsvc_cli, cli_context, tmp_path
+):
+    source = make_app()
+    auth = key_for(source, "acme")
+    client = source.test_client()
+    talk = [
+        {"role": "user", "name": "Ana", "content": "I moved to Porto yesterday", "id": "m1",
+         "at": "2024-03-05T23:30:00-07:00"},
+        {"role": "assistant", "content": "How is the new flat?"},
+        {"role": "user", "name": "Ana", "content": "Small but bright.", "id": "m3"},
+    ]  # fmt: skip
+    data(mutate(client, "memory.ingest", {"userId": "ana", "sessionId": "s1", "messages": talk},
+                headers=auth))  # fmt: skip
+    data(mutate(client, "memory.ingest", {"userId": "ana", "messages": talk[:1]}, headers=auth))
+    note = {"userId": "ana", "content": "Ana's birthday", "occurredAt": "1990-07-01T00:00:00+02:00"}
+    data(mutate(client, "memory.add", note, headers=auth))
+
+    def seen(app) -> list[bytes]:
+        c = app.test_client()
+        sessions = query(c, "memory.sessions", {"userId": "ana"}, headers=auth)
+        out = [sessions.data, query(c, "memory.getAll", {"userId": "ana"}, headers=auth).data]
+        for s in json.loads(sessions.data)["result"]["data"]:
+            body = {"userId": "ana", "sessionId": s["sessionId"]}
+            out.append(query(c, "memory.session", body, headers=auth).data)
+        return out
+
+    before = seen(source)
+    path = tmp_path / "export.jsonl"
+    assert memsvc_cli("export", str(path)).exit_code == 0
+    fresh_db = str(tmp_path / "fresh.sqlite3")
+    cli_context.overrides = {**cli_context.overrides, "DATABASE": fresh_db}
+    result = memsvc_cli("import", str(path), "--all-tenants")
+    assert result.exit_code == 0, result.output
+    target = make_app(DATABASE=fresh_db)
+    assert seen(target) == before
+    # The session goes on from where it was, and its ids are still known.
+    again = data(
+        mutate(target.test_client(), "memory.ingest",
+               {"userId": "ana", "sessionId": "s1", "messages": talk + [
+                   {"role": "user", "content": "New one"}]}, headers=auth)
+    )  # fmt: skip
+    # The message without an id is new again: positions 3 and 4.
+    assert again["duplicates"] == 2 and again["memories"][-1]["position"] == 4
