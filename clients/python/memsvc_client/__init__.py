@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._core import DEFAULT_MODE
+from ._core import Message
 from ._version import __version__
 from .aio import AsyncMemsvc
 from .client import Memsvc
@@ -14,9 +15,13 @@ from .errors import RateLimited
 from .errors import ServerError
 from .errors import Unauthorized
 from .models import UNSET
+from .models import Context
+from .models import DateSpan
 from .models import EndUser
 from .models import Explain
+from .models import Ingested
 from .models import Memory
+from .models import Session
 
 __all__ = [
     "__version__",
@@ -26,6 +31,11 @@ __all__ = [
     "Memory",
     "EndUser",
     "Explain",
+    "Message",
+    "Ingested",
+    "Session",
+    "Context",
+    "DateSpan",
     "UNSET",
     "MemsvcError",
     "BadRequest",

@@ -19,8 +19,11 @@ from .errors import RateLimited
 from .errors import ServerError
 from .errors import error_class
 from .models import EndUser
+from .models import Ingested
 from .models import Memory
+from .models import Session
 from .models import Unset
+from .models import format_moment
 from .models import format_time
 
 logger = logging.getLogger("memsvc_client")
@@ -28,6 +31,46 @@ logger = logging.getLogger("memsvc_client")
 Json = dict[str, t.Any]
 Mode = t.Literal["semantic", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = t.get_args(Mode)
+Kind = t.Literal["memory", "message", "fact"]
+
+
+class Message(t.TypedDict, total=False):
+    """A message for ``ingest``, as chat APIs write them (``role`` and ``content`` required)."""
+
+    role: t.Required[t.Literal["user", "assistant", "system", "tool"]]
+    content: t.Required[str]
+    #: Who said it.
+    name: str
+    #: When it was said: an aware datetime, or ISO 8601 text with its zone.
+    at: datetime.datetime | str
+    #: Your id of the message: storing it again is then harmless.
+    id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scope:
+    """Which memories a search or a listing takes, by kind and time (all fields optional)."""
+
+    kinds: t.Collection[Kind] | None = None
+    occurred_after: datetime.datetime | None = None
+    occurred_before: datetime.datetime | None = None
+    as_of: datetime.datetime | None = None
+    include_superseded: bool = False
+
+    def into(self, input: Json) -> Json:
+        if self.kinds is not None:
+            input["kinds"] = list(self.kinds)
+        for name, value in (
+            ("occurredAfter", self.occurred_after),
+            ("occurredBefore", self.occurred_before),
+            ("asOf", self.as_of),
+        ):
+            if value is not None:
+                input[name] = format_time(value)
+        if self.include_superseded:
+            input["includeSuperseded"] = True
+        return input
+
 
 #: The mode of a search whose caller names none (the client's ``default_mode``
 #: unless set otherwise). Hybrid ranks by meaning and raises memories holding
@@ -258,6 +301,7 @@ def add_call(
     metadata: t.Mapping[str, t.Any] | None,
     expires_at: datetime.datetime | None,
     dedupe: bool,
+    occurred_at: datetime.datetime | None = None,
 ) -> Call:
     """memory.add; with ``dedupe`` sending it twice stores it once, so it may be re-sent."""
     input: Json = {"userId": user_id, "content": content}
@@ -267,7 +311,55 @@ def add_call(
         input["expiresAt"] = format_time(expires_at)
     if dedupe:
         input["dedupe"] = True
+    if occurred_at is not None:
+        input["occurredAt"] = format_moment(occurred_at)
     return mutation("memory.add", input, resend_safe=dedupe)
+
+
+def ingest_call(
+    user_id: str,
+    messages: t.Sequence[Message | t.Mapping[str, t.Any]],
+    session_id: str | None,
+    metadata: t.Mapping[str, t.Any] | None,
+    extract: bool | None,
+) -> Call:
+    """memory.ingest; sending it again is harmless when every message has an ``id``."""
+    sent = []
+    for message in messages:
+        item = dict(message)
+        at = item.get("at")
+        if isinstance(at, datetime.datetime):
+            item["at"] = format_moment(at)
+        sent.append(item)
+    input: Json = {"userId": user_id, "messages": sent}
+    if session_id is not None:
+        input["sessionId"] = session_id
+    if metadata is not None:
+        input["metadata"] = dict(metadata)
+    if extract is not None:
+        input["extract"] = extract
+    every_id = bool(sent) and all(m.get("id") is not None for m in sent)
+    return mutation("memory.ingest", input, resend_safe=every_id)
+
+
+def sessions_call(user_id: str, limit: int | None, cursor: str | None) -> Call:
+    """memory.sessions, one page."""
+    input: Json = {"userId": user_id}
+    if limit is not None:
+        input["limit"] = limit
+    if cursor is not None:
+        input["cursor"] = cursor
+    return Call("memory.sessions", input)
+
+
+def session_call(user_id: str, session_id: str, limit: int | None, after: int | None) -> Call:
+    """memory.session, one page of messages."""
+    input: Json = {"userId": user_id, "sessionId": session_id}
+    if limit is not None:
+        input["limit"] = limit
+    if after is not None:
+        input["after"] = after
+    return Call("memory.session", input)
 
 
 def check_mode(mode: str) -> Mode:
@@ -297,9 +389,21 @@ def search_call(
     explain: bool,
     created_after: datetime.datetime | None,
     created_before: datetime.datetime | None,
+    scope: Scope | None = None,
+    context: int | None = None,
+    time: t.Literal["on", "off"] | None = None,
+    now: datetime.datetime | None = None,
 ) -> Call:
     """memory.search; a None threshold is left out (the server's default for the mode)."""
     input: Json = {"userId": user_id, "query": query, "mode": mode}
+    if scope is not None:
+        scope.into(input)
+    if context:
+        input["context"] = context
+    if time is not None:
+        input["time"] = time
+    if now is not None:
+        input["now"] = format_moment(now)
     if limit is not None:
         input["limit"] = limit
     if threshold is not None:
@@ -318,9 +422,12 @@ def get_all_call(
     filter: t.Mapping[str, t.Any] | None,
     created_after: datetime.datetime | None,
     created_before: datetime.datetime | None,
+    scope: Scope | None = None,
 ) -> Call:
     """memory.getAll, one page."""
     input: Json = {"userId": user_id}
+    if scope is not None:
+        scope.into(input)
     if limit is not None:
         input["limit"] = limit
     if cursor is not None:
@@ -356,8 +463,9 @@ def update_call(
     metadata: t.Mapping[str, t.Any] | None | Unset,
     expires_at: datetime.datetime | None | Unset,
     user_id: str | None = None,
+    occurred_at: datetime.datetime | None | Unset = Unset.UNSET,
 ) -> Call:
-    """memory.update with the fields given (None clears metadata or expiry)."""
+    """memory.update with the fields given (None clears metadata, expiry or time)."""
     input: Json = by_id(memory_id, user_id)
     if not isinstance(content, Unset):
         input["content"] = content
@@ -365,6 +473,8 @@ def update_call(
         input["metadata"] = None if metadata is None else dict(metadata)
     if not isinstance(expires_at, Unset):
         input["expiresAt"] = None if expires_at is None else format_time(expires_at)
+    if not isinstance(occurred_at, Unset):
+        input["occurredAt"] = None if occurred_at is None else format_moment(occurred_at)
     return mutation("memory.update", input)
 
 
@@ -376,6 +486,15 @@ def end_users(data: t.Any) -> list[EndUser]:
 def memories(data: t.Any) -> list[Memory]:
     """A list of Memories from a JSON array of them."""
     return [Memory.from_wire(m) for m in data]
+
+
+def sessions(data: t.Any) -> list[Session]:
+    """A list of Sessions from a JSON array of them."""
+    return [Session.from_wire(s) for s in data]
+
+
+def ingested(data: t.Any) -> Ingested:
+    return Ingested.from_wire(data)
 
 
 INFO = Call("service.info", {})

@@ -17,6 +17,8 @@ import httpx
 from . import _core
 from ._core import USER_AGENT
 from ._core import Call
+from ._core import Kind
+from ._core import Message
 from ._core import Mode
 from ._core import api_key_from
 from ._core import check_url
@@ -25,7 +27,9 @@ from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET
 from .models import EndUser
+from .models import Ingested
 from .models import Memory
+from .models import Session
 from .models import Unset
 
 
@@ -93,10 +97,84 @@ class AsyncMemsvc:
         metadata: t.Mapping[str, t.Any] | None = None,
         expires_at: datetime.datetime | None = None,
         dedupe: bool = False,
+        occurred_at: datetime.datetime | None = None,
     ) -> Memory:
-        """Store a memory for an end user; with ``dedupe`` an identical one is returned instead."""
-        call = _core.add_call(user_id, content, metadata, expires_at, dedupe)
+        """Store a memory for an end user; with ``dedupe`` an identical one is returned instead.
+
+        ``occurred_at``: when it happened, if not now (backfill).
+        """
+        call = _core.add_call(user_id, content, metadata, expires_at, dedupe, occurred_at)
         return Memory.from_wire(await self._call(call))
+
+    async def ingest(
+        self,
+        user_id: str,
+        messages: t.Sequence[Message | t.Mapping[str, t.Any]],
+        *,
+        session_id: str | None = None,
+        metadata: t.Mapping[str, t.Any] | None = None,
+        extract: bool | None = None,
+    ) -> Ingested:
+        """Store a conversation's messages as they were said, all or none.
+
+        ``messages``: ``{"role", "content", "name"?, "at"?, "id"?}`` each, as
+        chat APIs write them. ``session_id`` None: a new session; the same id
+        again continues it. A message whose ``id`` the session already holds
+        is not stored twice, so a call whose messages all have ids is sent
+        again safely after a lost answer.
+        """
+        call = _core.ingest_call(user_id, messages, session_id, metadata, extract)
+        return _core.ingested(await self._call(call))
+
+    async def sessions(
+        self, user_id: str, *, limit: int | None = None, cursor: str | None = None
+    ) -> list[Session]:
+        """A page of the user's sessions, the one with the latest message first.
+
+        ``cursor``: the last ``session_id`` of the previous page.
+        """
+        return _core.sessions(await self._call(_core.sessions_call(user_id, limit, cursor)))
+
+    async def iter_sessions(
+        self, user_id: str, *, page_size: int = 100
+    ) -> t.AsyncIterator[Session]:
+        """Every session of the user, latest first, page by page (``async for``)."""
+        cursor: str | None = None
+        while True:
+            page = await self.sessions(user_id, limit=page_size, cursor=cursor)
+            for found in page:
+                yield found
+            if len(page) < page_size:
+                return
+            cursor = page[-1].session_id
+
+    async def session(
+        self,
+        user_id: str,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        after: int | None = None,
+    ) -> list[Memory]:
+        """A page of one session's messages, oldest first, after position ``after``.
+
+        :class:`NotFound` for a session the user does not have.
+        """
+        call = _core.session_call(user_id, session_id, limit, after)
+        return _core.memories(await self._call(call))
+
+    async def iter_session(
+        self, user_id: str, session_id: str, *, page_size: int = 100
+    ) -> t.AsyncIterator[Memory]:
+        """Every message of a session in order, page by page (``async for``)."""
+        after: int | None = None
+        while True:
+            page = await self.session(user_id, session_id, limit=page_size, after=after)
+            for message in page:
+                yield message
+            if len(page) < page_size:
+                return
+            after = page[-1].position
 
     async def search(
         self,
@@ -110,6 +188,14 @@ class AsyncMemsvc:
         explain: bool = False,
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
+        kinds: t.Collection[Kind] | None = None,
+        occurred_after: datetime.datetime | None = None,
+        occurred_before: datetime.datetime | None = None,
+        as_of: datetime.datetime | None = None,
+        include_superseded: bool = False,
+        context: int | None = None,
+        time: t.Literal["on", "off"] | None = None,
+        now: datetime.datetime | None = None,
     ) -> list[Memory]:
         """The user's memories that best match ``query``, best first.
 
@@ -117,13 +203,31 @@ class AsyncMemsvc:
         ``threshold`` None: in semantic and hybrid mode, the threshold the
         deployment recommends for its model (service.info, asked once); in
         keyword mode, no floor. ``explain``: each result's ``explain`` says
-        why it ranked where it did.
+        why it ranked where it did. ``kinds``, ``occurred_*``, ``as_of``,
+        ``include_superseded``: which memories take part. ``context``: up to
+        that many messages of each message's session on either side, in its
+        ``context``. ``time``: whether a time in the query ("last week")
+        ranks memories of that time higher (default: on in hybrid mode),
+        resolved against ``now`` (default: the time of the call).
         """
         mode = self._default_mode if mode is None else mode
         if threshold is None and _core.floor_by_default(mode):
             threshold = await self._default_threshold("memory.search")
+        scope = _core.Scope(kinds, occurred_after, occurred_before, as_of, include_superseded)
         call = _core.search_call(
-            user_id, query, limit, threshold, filter, mode, explain, created_after, created_before
+            user_id,
+            query,
+            limit,
+            threshold,
+            filter,
+            mode,
+            explain,
+            created_after,
+            created_before,
+            scope,
+            context,
+            time,
+            now,
         )
         return _core.memories(await self._call(call))
 
@@ -136,9 +240,17 @@ class AsyncMemsvc:
         filter: t.Mapping[str, t.Any] | None = None,
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
+        kinds: t.Collection[Kind] | None = None,
+        occurred_after: datetime.datetime | None = None,
+        occurred_before: datetime.datetime | None = None,
+        as_of: datetime.datetime | None = None,
+        include_superseded: bool = False,
     ) -> list[Memory]:
         """One page of the user's memories, newest first, after ``cursor`` (a memory id)."""
-        call = _core.get_all_call(user_id, limit, cursor, filter, created_after, created_before)
+        scope = _core.Scope(kinds, occurred_after, occurred_before, as_of, include_superseded)
+        call = _core.get_all_call(
+            user_id, limit, cursor, filter, created_after, created_before, scope
+        )
         return _core.memories(await self._call(call))
 
     async def iter_all(
@@ -149,6 +261,11 @@ class AsyncMemsvc:
         filter: t.Mapping[str, t.Any] | None = None,
         created_after: datetime.datetime | None = None,
         created_before: datetime.datetime | None = None,
+        kinds: t.Collection[Kind] | None = None,
+        occurred_after: datetime.datetime | None = None,
+        occurred_before: datetime.datetime | None = None,
+        as_of: datetime.datetime | None = None,
+        include_superseded: bool = False,
     ) -> t.AsyncIterator[Memory]:
         """Every memory of the user, newest first, fetched page by page (``async for``)."""
         cursor: str | None = None
@@ -160,6 +277,11 @@ class AsyncMemsvc:
                 filter=filter,
                 created_after=created_after,
                 created_before=created_before,
+                kinds=kinds,
+                occurred_after=occurred_after,
+                occurred_before=occurred_before,
+                as_of=as_of,
+                include_superseded=include_superseded,
             )
             for memory in page:
                 yield memory
@@ -205,12 +327,14 @@ class AsyncMemsvc:
         metadata: t.Mapping[str, t.Any] | None | Unset = UNSET,
         expires_at: datetime.datetime | None | Unset = UNSET,
         user_id: str | None = None,
+        occurred_at: datetime.datetime | None | Unset = UNSET,
     ) -> Memory:
-        """Change a memory's content, metadata (None: clear) or expiry (None: never).
+        """Change a memory's content, metadata (None: clear), expiry (None: never) or time
+        (None: its creation time again).
 
         With ``user_id``, only if the memory is that end user's (else :class:`NotFound`).
         """
-        call = _core.update_call(memory_id, content, metadata, expires_at, user_id)
+        call = _core.update_call(memory_id, content, metadata, expires_at, user_id, occurred_at)
         return Memory.from_wire(await self._call(call))
 
     async def history(

@@ -71,9 +71,45 @@ class Explain:
         return {"cosine": self.cosine, "keyword": self.keyword, "score": self.score}
 
 
+def format_moment(value: datetime.datetime) -> str:
+    """An aware datetime in its own offset, with milliseconds (``2023-05-08T19:30:00.000+02:00``).
+
+    A message's time keeps the offset it was said in: memsvc reckons its
+    "yesterday" from that day.
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("datetimes sent to memsvc must be timezone-aware (e.g. tzinfo=UTC)")
+    return value.isoformat(timespec="milliseconds")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DateSpan:
+    """A time expression found in a memory's text, resolved to calendar dates (inclusive)."""
+
+    text: str
+    start: datetime.date
+    end: datetime.date
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> DateSpan:
+        return cls(
+            data["text"],
+            datetime.date.fromisoformat(data["start"]),
+            datetime.date.fromisoformat(data["end"]),
+        )
+
+    def to_dict(self) -> dict[str, t.Any]:
+        return {"text": self.text, "start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Memory:
-    """One memory of an end user; ``similarity`` is set on search results only."""
+    """One memory of an end user; ``similarity`` is set on search results only.
+
+    Messages (stored by ``ingest``) carry ``kind="message"``, their session,
+    role, speaker and position; facts ``kind="fact"`` and their sources. The
+    fields a memory does not have are None.
+    """
 
     id: str
     content: str
@@ -87,6 +123,28 @@ class Memory:
     matched_by: tuple[str, ...] | None = None
     #: Why it ranked where it did: set by a search with ``explain=True``, else None.
     explain: Explain | None = None
+    #: "message" or "fact"; None for a memory stored with ``add``.
+    kind: str | None = None
+    #: When it was said or happened, if not when it was stored.
+    occurred_at: datetime.datetime | None = None
+    session_id: str | None = None
+    role: str | None = None
+    speaker: str | None = None
+    position: int | None = None
+    message_id: str | None = None
+    #: The time expressions of its text, resolved.
+    dates: tuple[DateSpan, ...] | None = None
+    #: A fact's sources (ids of messages), the fact that replaced it and when.
+    sources: tuple[str, ...] | None = None
+    superseded_by: str | None = None
+    valid_to: datetime.datetime | None = None
+    #: A search result's neighbouring messages (``search(..., context=n)``).
+    context: Context | None = None
+
+    @property
+    def time(self) -> datetime.datetime:
+        """When it happened: ``occurred_at``, else ``created_at``."""
+        return self.created_at if self.occurred_at is None else self.occurred_at
 
     @classmethod
     def from_wire(cls, data: t.Mapping[str, t.Any]) -> Memory:
@@ -115,6 +173,18 @@ class Memory:
             similarity=float(similarity) if similarity is not None else None,
             matched_by=tuple(matched) if matched is not None else None,
             explain=Explain.from_wire(explain) if explain is not None else None,
+            kind=data.get("kind"),
+            occurred_at=_time_or_none(data.get("occurredAt")),
+            session_id=data.get("sessionId"),
+            role=data.get("role"),
+            speaker=data.get("speaker"),
+            position=data.get("position"),
+            message_id=data.get("messageId"),
+            dates=_dates_or_none(data.get("dates")),
+            sources=_tuple_or_none(data.get("sources")),
+            superseded_by=data.get("supersededBy"),
+            valid_to=_time_or_none(data.get("validTo")),
+            context=_context_or_none(data.get("context")),
         )
         return memory
 
@@ -130,13 +200,114 @@ class Memory:
         }
         if self.expires_at is not None:
             out["expiresAt"] = format_time(self.expires_at)
+        for name, value in (
+            ("kind", self.kind),
+            ("occurredAt", None if self.occurred_at is None else format_time(self.occurred_at)),
+            ("sessionId", self.session_id),
+            ("role", self.role),
+            ("speaker", self.speaker),
+            ("position", self.position),
+            ("messageId", self.message_id),
+            ("dates", None if self.dates is None else [d.to_dict() for d in self.dates]),
+            ("sources", None if self.sources is None else list(self.sources)),
+            ("supersededBy", self.superseded_by),
+            ("validTo", None if self.valid_to is None else format_time(self.valid_to)),
+        ):
+            if value is not None:
+                out[name] = value
         if self.similarity is not None:
             out["similarity"] = self.similarity
         if self.matched_by is not None:
             out["matchedBy"] = list(self.matched_by)
         if self.explain is not None:
             out["explain"] = self.explain.to_dict()
+        if self.context is not None:
+            out["context"] = self.context.to_dict()
         return out
+
+
+def _time_or_none(value: str | None) -> datetime.datetime | None:
+    return None if value is None else parse_time(value)
+
+
+def _tuple_or_none(value: t.Sequence[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _dates_or_none(value: t.Sequence[t.Mapping[str, t.Any]] | None) -> tuple[DateSpan, ...] | None:
+    return None if value is None else tuple(DateSpan.from_wire(d) for d in value)
+
+
+def _context_or_none(value: t.Mapping[str, t.Any] | None) -> Context | None:
+    return None if value is None else Context.from_wire(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Context:
+    """The messages around a search result, in their session's order."""
+
+    before: tuple[Memory, ...]
+    after: tuple[Memory, ...]
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Context:
+        return cls(
+            tuple(Memory.from_wire(m) for m in data["before"]),
+            tuple(Memory.from_wire(m) for m in data["after"]),
+        )
+
+    def to_dict(self) -> dict[str, t.Any]:
+        return {
+            "before": [m.to_dict() for m in self.before],
+            "after": [m.to_dict() for m in self.after],
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Session:
+    """One conversation of an end user (``sessions()``)."""
+
+    session_id: str
+    #: Its messages now (expired ones not counted).
+    messages: int
+    #: The earliest and the latest of its messages' times.
+    first_at: datetime.datetime
+    last_at: datetime.datetime
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Session:
+        return cls(
+            data["sessionId"],
+            int(data["messages"]),
+            parse_time(data["firstAt"]),
+            parse_time(data["lastAt"]),
+        )
+
+    def to_dict(self) -> dict[str, t.Any]:
+        return {
+            "sessionId": self.session_id,
+            "messages": self.messages,
+            "firstAt": format_time(self.first_at),
+            "lastAt": format_time(self.last_at),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ingested:
+    """What ``ingest`` did: the session, one memory per message in order, and how many of the
+    messages the session already held (by id)."""
+
+    session_id: str
+    memories: tuple[Memory, ...]
+    duplicates: int
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Ingested:
+        return cls(
+            data["sessionId"],
+            tuple(Memory.from_wire(m) for m in data["memories"]),
+            int(data["duplicates"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -74,6 +74,16 @@ LINES: dict[str, list[str]] = {
     ],
     "for user in page:": ["yield from page"],
     "yield user": [],
+    '"""Every session of the user, latest first, page by page (``async for``)."""': [
+        '"""Every session of the user, latest first, page by page."""'
+    ],
+    "for found in page:": ["yield from page"],
+    "yield found": [],
+    '"""Every message of a session in order, page by page (``async for``)."""': [
+        '"""Every message of a session in order, page by page."""'
+    ],
+    "for message in page:": ["yield from page"],
+    "yield message": [],
     "if self._lock is None:": [],
     "self._lock = anyio.Lock()": [],
     "async with self._lock:  # one service.info for all the tasks that get here": [
