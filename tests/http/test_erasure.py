@@ -167,3 +167,54 @@ def test_erased_vectors_leave_no_snapshot_file_behind(configured, how):
             )  # fmt: skip
         )
         assert len(found) == 20 and found[0]["content"] == "other fact 3"
+
+
+SESSION_MARKER = "sessmarker4471qz"
+SPEAKER_MARKER = "Speakermarker Vq"
+MESSAGE_ID_MARKER = "msgidmarker8830"
+
+
+@pytest.mark.parametrize("how", ["deleteAll", "delete each message"])
+def test_erased_conversations_leave_no_trace_in_the_database_files(app, client, auth, db_path, how):
+    keep = data(mutate(client, "memory.add", {"userId": "u", "content": "keep me"}, headers=auth))
+    out = data(
+        mutate(
+            client,
+            "memory.ingest",
+            {
+                "userId": VICTIM,
+                "sessionId": SESSION_MARKER,
+                "messages": [
+                    {"role": "user", "name": SPEAKER_MARKER, "id": MESSAGE_ID_MARKER,
+                     "content": f"My locker code is {MARKER}, since yesterday",
+                     "at": "2024-03-05T10:00:00Z"},
+                    {"role": "assistant", "content": "Noted.", "id": "second"},
+                ],
+                "metadata": {"note": META_MARKER},
+            },
+            headers=auth,
+        )
+    )  # fmt: skip
+    query(client, "memory.search", {"userId": VICTIM, "query": "locker"}, headers=auth)
+    maintenance_round(app)
+    markers = [x.encode() for x in (MARKER, META_MARKER, VICTIM, SESSION_MARKER, SPEAKER_MARKER)]
+    markers.append(MESSAGE_ID_MARKER.encode())
+    before = on_disk(db_path)
+    assert all(x in before for x in markers)  # the test can fail
+
+    if how == "deleteAll":
+        done = data(mutate(client, "memory.deleteAll", {"userId": VICTIM}, headers=auth))
+        assert done == {"success": True, "deleted": 2}
+    else:
+        for m in out["memories"]:
+            data(mutate(client, "memory.delete", {"id": m["id"]}, headers=auth))
+    maintenance_round(app)
+
+    after = on_disk(db_path)
+    assert [x for x in markers if x in after] == []
+    assert data(query(client, "memory.sessions", {"userId": VICTIM}, headers=auth)) == []
+    resp = query(
+        client, "memory.session", {"userId": VICTIM, "sessionId": SESSION_MARKER}, headers=auth
+    )
+    assert_error(resp, 404, "NOT_FOUND", "memory.session")
+    assert data(query(client, "memory.getById", {"id": keep["id"]}, headers=auth)) == keep

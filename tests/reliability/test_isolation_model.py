@@ -3,8 +3,9 @@
 Three tenants with the same three user names, several API keys each (some
 revoked along the way through ``keys.revoke`` with the tenant's JWT), and a
 random mix of every memory and key operation (updates, history, listing
-the tenant's end users and erasing a user included), through Flask's test
-client. After each step the answer must be exactly what a plain in-memory
+the tenant's end users, erasing a user, ingesting conversations and reading
+their sessions back included), through Flask's test client. After each
+step the answer must be exactly what a plain in-memory
 model says: no read, search, update, delete, erasure or key operation ever
 reaches across a tenant or a user, revoked keys get 401, another tenant's
 memory is a 404, another tenant's key is a 401 for ``keys.revoke``.
@@ -12,6 +13,7 @@ memory is a 404, another tenant's key is a 401 for ``keys.revoke``.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import tempfile
@@ -39,6 +41,8 @@ from tests.support.helpers import assert_error_item
 JWT_SECRET = "m" * 40
 TENANTS = ("tenant-0", "tenant-1", "tenant-2")
 USERS = ("user-0", "user-1", "user-2")
+SESSIONS = ("session-0", "session-1")
+MESSAGE_IDS = ("a", "b", "c", None)
 WORDS = st.text(alphabet="abcdefghij klmnop", min_size=1, max_size=12)
 
 
@@ -59,6 +63,10 @@ class Memory:
     live: bool = True
     #: Earlier contents, oldest first.
     versions: list[str] = dataclasses.field(default_factory=list)
+    #: A message's session, position and id.
+    session: str | None = None
+    position: int | None = None
+    message_id: str | None = None
 
 
 class IsolationMachine(RuleBasedStateMachine):
@@ -100,6 +108,7 @@ class IsolationMachine(RuleBasedStateMachine):
         self.tokens = {tenant: verifier.mint(tenant) for tenant in TENANTS}
         self.keys: list[Key] = []
         self.memories: list[Memory] = []
+        self.next_position: dict[tuple[str, str, str], int] = {}
         self.added = 0
         for tenant in TENANTS:
             self._create_key(tenant, "first")
@@ -134,7 +143,13 @@ class IsolationMachine(RuleBasedStateMachine):
 
     def _memory_call(self, key: Key, path: str, input: t.Any, status: int) -> t.Any:
         """A memory call with ``key``: a revoked key is refused whatever the call."""
-        mutations = ("memory.add", "memory.delete", "memory.update", "memory.deleteAll")
+        mutations = (
+            "memory.add",
+            "memory.delete",
+            "memory.update",
+            "memory.deleteAll",
+            "memory.ingest",
+        )
         send = self._mutate if path in mutations else self._query
         resp = send(path, input, {"x-api-key": key.secret})
         if key.revoked:
@@ -384,6 +399,91 @@ class IsolationMachine(RuleBasedStateMachine):
                 else:
                     assert_error_item(item, 404, "NOT_FOUND", "memory.getById")
 
+    # -- conversations ------------------------------------------------------------------
+
+    def _messages(self, tenant: str, user: str, session: str) -> list[Memory]:
+        """The model's live messages of one session, by position."""
+        found = [m for m in self._live(tenant, user) if m.session == session]
+        return sorted(found, key=lambda m: t.cast(int, m.position))
+
+    @rule(
+        data=st.data(),
+        user=st.sampled_from(USERS),
+        session=st.sampled_from(SESSIONS),
+        ids=st.lists(st.sampled_from(MESSAGE_IDS), min_size=1, max_size=4),
+    )
+    def ingest(self, data, user, session, ids):
+        """A conversation into a session: the same session name elsewhere is another session."""
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        messages = []
+        for message_id in ids:
+            self.added += 1
+            message = {"role": "user", "content": f"said {self.added}"}
+            if message_id is not None:
+                message["id"] = message_id
+            messages.append(message)
+        out = self._memory_call(
+            key, "memory.ingest", {"userId": user, "sessionId": session, "messages": messages}, 200
+        )
+        if out is None:
+            return
+        held = self._messages(key.tenant, user, session)
+        by_id = {m.message_id: m for m in held if m.message_id is not None}
+        # Positions go on from where the session was, past deleted messages; a
+        # session whose every message went starts again at 0.
+        where = (key.tenant, user, session)
+        position = self.next_position.get(where, 0) if held else 0
+        duplicates = 0
+        for message, shown in zip(messages, out["memories"], strict=True):
+            assert (shown["idpUserId"], shown["userId"], shown["sessionId"]) == (
+                key.tenant, user, session
+            )  # fmt: skip
+            known = by_id.get(message.get("id"))
+            if known is not None:
+                duplicates += 1
+                assert (shown["id"], shown["content"]) == (known.id, known.content)
+                continue
+            assert (shown["content"], shown["position"]) == (message["content"], position)
+            memory = Memory(shown["id"], key.tenant, user, message["content"], session=session,
+                            position=position, message_id=message.get("id"))  # fmt: skip
+            self.memories.append(memory)
+            if memory.message_id is not None:
+                by_id[memory.message_id] = memory
+            position += 1
+        assert out["duplicates"] == duplicates
+        self.next_position[where] = position
+
+    @rule(data=st.data(), user=st.sampled_from(USERS))
+    def sessions(self, data, user):
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        listed = self._memory_call(key, "memory.sessions", {"userId": user}, 200)
+        if listed is None:
+            return
+        expected = {
+            (session, len(self._messages(key.tenant, user, session)))
+            for session in SESSIONS
+            if self._messages(key.tenant, user, session)
+        }
+        assert {(s["sessionId"], s["messages"]) for s in listed} == expected
+
+    @rule(data=st.data(), user=st.sampled_from(USERS), session=st.sampled_from(SESSIONS))
+    def session(self, data, user, session):
+        key = data.draw(st.sampled_from(self.keys), label="key")
+        expected = self._messages(key.tenant, user, session)
+        got = self._memory_call(
+            key,
+            "memory.session",
+            {"userId": user, "sessionId": session, "limit": 1000},
+            200 if expected else 404,
+        )
+        if got is None:
+            return
+        if not expected:
+            assert got["message"] == "Session not found"
+            return
+        assert [(m["id"], m["content"]) for m in got] == [(m.id, m.content) for m in expected]
+        assert all((m["idpUserId"], m["userId"]) == (key.tenant, user) for m in got)
+
     # -- storage --------------------------------------------------------------------------
 
     @invariant()
@@ -393,10 +493,16 @@ class IsolationMachine(RuleBasedStateMachine):
             rows = conn.execute("SELECT id, tenant, user_id, content FROM memories").fetchall()
             (vectors,) = conn.execute("SELECT count(*) FROM memory_vectors").fetchone()
             (versions,) = conn.execute("SELECT count(*) FROM memory_history").fetchone()
+            sessions = conn.execute(
+                "SELECT tenant, user_id, session_id, messages FROM memory_sessions"
+            ).fetchall()
         live = [m for m in self.memories if m.live]
         assert set(rows) == {(m.id, m.tenant, m.user, m.content) for m in live}
         assert vectors == len(live)
         assert versions == sum(len(m.versions) for m in live)
+        # A session's row counts its messages, and goes with the last of them.
+        held = collections.Counter((m.tenant, m.user, m.session) for m in live if m.session)
+        assert {(t_, u, s_): n for t_, u, s_, n in sessions} == dict(held)
 
 
 SETTINGS = settings(
