@@ -309,6 +309,14 @@ class SearchInput(_Scoped):
         load_default=False,
         metadata={"description": "Also answer, per result, why it ranked where it did."},
     )
+    context = WholeNumber(
+        load_default=0,
+        validate=validate.Range(0, 10, error="must be between 0 and 10"),
+        metadata={
+            "description": "Each result that is a message also carries up to this many "
+            "messages of its session on either side (context.before, context.after)."
+        },
+    )
 
 
 class GetAllInput(_Scoped):

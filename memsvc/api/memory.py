@@ -60,7 +60,10 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         created_before=params["createdBefore"],
         mode=params["mode"],
     )
-    return outputs.SearchAnswer(found, explain=params["explain"])
+    contexts = conversations.context_of(
+        call.store(), call.caller.tenant, [r.memory for r in found], params["context"]
+    )
+    return outputs.SearchAnswer(found, explain=params["explain"], contexts=contexts)
 
 
 @router.query("getAll", input=inputs.GetAllInput(), output=outputs.MEMORIES)

@@ -144,6 +144,27 @@ def _field_type(field: fields.Field) -> Json:
             "description": f"ISO 8601 with its zone (Z or an offset such as +02:00), {rule}"
             "e.g. 2026-11-23T10:00:00Z.",
         }
+    if isinstance(field, inputs.Moment):
+        return {
+            "type": "string",
+            "format": "date-time",
+            "description": "ISO 8601 with its zone (Z or an offset such as +02:00), e.g. "
+            "2023-05-08T19:30:00+02:00; the offset is kept for its dates.",
+        }
+    if isinstance(field, inputs.Kinds):
+        return {
+            "type": "array",
+            "items": {"type": "string", "enum": list(inputs.KINDS)},
+            "minItems": 1,
+            "maxItems": len(inputs.KINDS),
+        }
+    if isinstance(field, inputs.Messages):
+        return {
+            "type": "array",
+            "items": input_schema(inputs.MessageInput()),
+            "minItems": 1,
+            "maxItems": config[field.max_setting],
+        }
     if isinstance(field, inputs.FilterField):
         return ref("Filter")
     if isinstance(field, inputs.Flag | fields.Boolean):

@@ -18,6 +18,7 @@ from ..models import CreatedKey
 from ..models import EndUser
 from ..models import ScoredMemory
 from ..models import Session
+from ..services.conversations import Context
 from ..services.conversations import Ingested
 from ..wire import TIMESTAMP
 from ..wire import UUID
@@ -129,6 +130,8 @@ class SearchAnswer:
 
     results: list[ScoredMemory]
     explain: bool = False
+    #: The messages around each result that is a message, by its id (search's ``context``).
+    contexts: dict[str, Context] = dataclasses.field(default_factory=dict)
 
 
 def _number(value: float) -> float | int:
@@ -149,6 +152,12 @@ def search_results(answer: SearchAnswer) -> list[dict[str, t.Any]]:
                 "keyword": None if r.keyword is None else _number(r.keyword),
                 "score": _number(r.similarity if r.score is None else r.score),
             }
+        context = answer.contexts.get(r.memory.id)
+        if context is not None:
+            item["context"] = {
+                "before": [wire.MEMORY.json(m) for m in context.before],
+                "after": [wire.MEMORY.json(m) for m in context.after],
+            }
         out.append(item)
     return out
 
@@ -167,6 +176,12 @@ def search_results_text(answer: SearchAnswer) -> str:
             text += (
                 f',"explain":{{"cosine":{number(_number(r.similarity))},'
                 f'"keyword":{keyword},"score":{number(score)}}}'
+            )
+        context = answer.contexts.get(r.memory.id)
+        if context is not None:
+            text += (
+                f',"context":{{"before":{wire.list_text(map(wire.memory_text, context.before))},'
+                f'"after":{wire.list_text(map(wire.memory_text, context.after))}}}'
             )
         out.append(text + "}")
     return wire.list_text(out)
@@ -212,13 +227,22 @@ _SEARCH_RESULT = Component(
                 ["cosine", "keyword", "score"],
                 description="Why it ranked where it did; only with explain: true.",
             ),
+            "context": object_schema(
+                {
+                    "before": {"type": "array", "items": MEMORY_COMPONENT.ref},
+                    "after": {"type": "array", "items": MEMORY_COMPONENT.ref},
+                },
+                ["before", "after"],
+                description="With context > 0, on a result that is a message: up to that many "
+                "messages of its session before and after it, in position order.",
+            ),
         },
         (*wire.MEMORY.required(), "similarity"),
     ),
 )
 SEARCH_RESULTS = Output(
     {"type": "array", "items": _SEARCH_RESULT.ref},
-    (_SEARCH_RESULT,),
+    (_SEARCH_RESULT, MEMORY_COMPONENT),
     f"list of {_SEARCH_RESULT.name}",
     search_results,
     search_results_text,

@@ -198,3 +198,42 @@ def session(
     if found is None:
         raise NotFound("Session not found")
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """The messages around a message, in their session's order."""
+
+    before: list[Memory]
+    after: list[Memory]
+
+
+def context_of(store: Store, tenant: str, found: t.Sequence[Memory], n: int) -> dict[str, Context]:
+    """Up to ``n`` visible messages on either side of each message of ``found``, by its id.
+
+    Memories that are no messages get none. One read of the store.
+    """
+    anchors = [
+        (m.user_id, m.session_id, m.position)
+        for m in found
+        if m.session_id is not None and m.position is not None
+    ]
+    if not n or not anchors:
+        return {}
+    now = clock.now_ms()
+    out: dict[str, Context] = {}
+    with store.read():
+        by_user: dict[str, list[tuple[str, int]]] = {}
+        for user_id, session_id, position in anchors:
+            by_user.setdefault(user_id, []).append((session_id, position))
+        around = {
+            (user_id, *place): near
+            for user_id, places in by_user.items()
+            for place, near in store.neighbours(tenant, user_id, places, n, now).items()
+        }
+    for m in found:
+        if m.session_id is not None and m.position is not None:
+            near = around.get((m.user_id, m.session_id, m.position))
+            if near is not None:
+                out[m.id] = Context(*near)
+    return out

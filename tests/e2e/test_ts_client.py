@@ -132,7 +132,14 @@ def test_every_procedure_through_the_typed_client(server, examples, document, ba
     assert out["history"] == [[1, "add"], [2, "update"]]
     assert out["info"] == {"model": "local:all-MiniLM-L6-v2", "dimensions": 384, "limit": 10}
     assert out["deleted"] == {"success": True} and out["revoked"] == {"success": True}
-    assert out["deletedAll"] == {"success": True, "deleted": 1}
+    assert out["ingested"] == {
+        "sessionId": "berlin",
+        "positions": [[0, "user", "Bob", "message"], [1, "assistant", None, "message"]],
+        "duplicatesAgain": 2,
+    }
+    assert out["sessions"] == [["berlin", 2]]
+    assert out["conversation"] == ["m1", "m2"]
+    assert out["deletedAll"] == {"success": True, "deleted": 3}
     assert out["limits"] == [30, None]
     assert out["key"] == {"name": "every procedure", "secretPrefix": "sk_memsvc_", "listed": True}
     assert out["notFound"] == {

@@ -370,3 +370,41 @@ def test_get_all_filters_by_kind_and_time(client, auth):
         "kinds[0]: must be one of memory, message, fact"
         in assert_error(resp, 400, "BAD_REQUEST", "memory.getAll")["message"]
     )
+
+
+# -- context around search results -------------------------------------------------------
+
+
+def test_search_results_carry_their_conversation_when_asked(client, auth):
+    talk = [{"role": "user", "content": f"line {i} about the weather"} for i in range(6)]
+    talk[3] = {"role": "user", "content": "My sister Inês lives in Coimbra."}
+    ingest(client, auth, talk, sessionId="s")
+    data(mutate(client, "memory.add", {"userId": "alice", "content": "Inês likes jazz"},
+                headers=auth))  # fmt: skip
+
+    def search(**extra):
+        body = {"userId": "alice", "query": "Where does Inês live?", "threshold": 0, **extra}
+        return data(query(client, "memory.search", body, headers=auth))
+
+    plain = search(limit=2)
+    assert all("context" not in r for r in plain)
+    found = search(limit=2, context=2)
+    hit = next(r for r in found if r["content"].startswith("My sister"))
+    assert [m["position"] for m in hit["context"]["before"]] == [1, 2]
+    assert [m["position"] for m in hit["context"]["after"]] == [4, 5]
+    # An ordinary memory has no conversation around it.
+    assert all("context" not in r for r in found if "sessionId" not in r)
+    # Context never takes a place of the limit, and never repeats the result.
+    assert len(found) == 2 and hit["id"] not in str(hit["context"])
+    edge = search(limit=10, context=10, mode="keyword", query="line 0")
+    first = next(r for r in edge if r["content"].startswith("line 0"))
+    assert first["context"]["before"] == [] and len(first["context"]["after"]) == 5
+
+
+def test_context_is_bounded(client, auth):
+    resp = query(client, "memory.search", {"userId": "a", "query": "x", "context": 11},
+                 headers=auth)  # fmt: skip
+    assert (
+        "context: must be between 0 and 10"
+        in assert_error(resp, 400, "BAD_REQUEST", "memory.search")["message"]
+    )

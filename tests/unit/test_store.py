@@ -176,22 +176,34 @@ def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, s
     assert store.erasures() >= 0
 
 
-def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(blank_store, store_kind):
+def _schema_5_rows(monkeypatch) -> None:
+    """Make the stores write memories as schema 5 had them (no conversation columns)."""
+    from memsvc.store import sql as sql_module
+
+    columns = "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
+    monkeypatch.setattr(sql_module, "MEMORY_COLUMNS", columns)
+    monkeypatch.setattr(sql_module, "MEMORY_WIDTH", 9)
+    real = sql_module.record_values
+    monkeypatch.setattr(sql_module, "record_values", lambda m: real(m)[:9])
+    monkeypatch.setattr(sql_module.SqlStore, "_sessions_grew", lambda self, memories: None)
+
+
+def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
+    blank_store, store_kind, monkeypatch
+):
     """Schema 6: PostgreSQL keeps each vector's float32s beside it, in its row; the
     vectors, the search and the user's load are the same after the upgrade."""
     from memsvc.store import schema
 
     store = blank_store
-    saved = schema.SCHEMA_VERSION
-    schema.SCHEMA_VERSION = 5
-    try:
+    with monkeypatch.context() as old:
+        old.setattr(schema, "SCHEMA_VERSION", 5)
+        _schema_5_rows(old)
         store.migrate("test:hash-16", 16)
         memories = [memory(user=f"u{i % 2}", created_at=1000 + i) for i in range(6)]
         vectors = np.stack([rand(seed=i) for i in range(6)])
         with store.write():
             store.insert_memories(memories, vectors)
-    finally:
-        schema.SCHEMA_VERSION = saved
     if store_kind == "postgres":
         columns = store.conn.execute(
             "SELECT count(*) FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "
@@ -204,7 +216,7 @@ def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(blank_store, 
     (version,) = store.conn.execute(
         "SELECT value FROM memsvc_meta WHERE key = 'schema_version'"
     ).fetchone()
-    assert int(version) == SCHEMA_VERSION == 6
+    assert int(version) == SCHEMA_VERSION == 7
     if store_kind == "postgres":
         (storage,) = store.conn.execute(
             "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "

@@ -76,6 +76,15 @@ const updated = await call(
 const history = await call("memory.history", memsvc.memory.history.query({ id: added.id }));
 const info = await call("service.info", memsvc.service.info.query());
 
+const talk = [
+  { role: "user" as const, name: "Bob", content: "I ran the Berlin marathon yesterday", at: "2026-09-28T18:00:00+02:00", id: "m1" },
+  { role: "assistant" as const, content: "Congratulations! What was your time?", id: "m2" },
+];
+const ingested = await call("memory.ingest", memsvc.memory.ingest.mutate({ userId, sessionId: "berlin", messages: talk }));
+const ingestedAgain = await call("memory.ingest", memsvc.memory.ingest.mutate({ userId, sessionId: "berlin", messages: talk }));
+const sessions = await call("memory.sessions", memsvc.memory.sessions.query({ userId }));
+const conversation: Memory[] = await call("memory.session", memsvc.memory.session.query({ userId, sessionId: "berlin" }));
+
 const deleted = await call("memory.delete", memsvc.memory.delete.mutate({ id: other.id }));
 const notFound = await failure("memory.getById", memsvc.memory.getById.query({ id: other.id }));
 const badRequest = await failure("memory.search", memsvc.memory.search.query({ userId, query: "x", limit: 1000 }));
@@ -97,6 +106,13 @@ console.log(
     updated,
     history: history.map((v) => [v.version, v.event]),
     info: { model: info.embedder.model, dimensions: info.embedder.dimensions, limit: info.defaults.limit },
+    ingested: {
+      sessionId: ingested.sessionId,
+      positions: ingested.memories.map((m) => [m.position, m.role, m.speaker ?? null, m.kind]),
+      duplicatesAgain: ingestedAgain.duplicates,
+    },
+    sessions: sessions.map((s) => [s.sessionId, s.messages]),
+    conversation: conversation.map((m) => m.messageId),
     deleted,
     notFound,
     badRequest,

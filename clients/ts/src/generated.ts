@@ -22,6 +22,11 @@ export interface AddMemoryInput {
   expiresAt?: string | null | undefined;
   /** @default false */
   dedupe?: boolean | undefined;
+  /**
+   * When it was said or happened, if not when it is stored (past or future: backfill); its time for occurredAfter/occurredBefore, asOf and time-aware ranking.
+   * format: date-time.
+   */
+  occurredAt?: string | null | undefined;
 }
 
 export interface ApiKey {
@@ -167,6 +172,28 @@ export interface GetAllInput {
    * format: date-time.
    */
   createdBefore?: string | null | undefined;
+  /** Only memories of these kinds: "memory" (added with memory.add), "message" (memory.ingest), "fact" (extraction). Default: all. */
+  kinds?: Array<"memory" | "message" | "fact"> | null | undefined;
+  /**
+   * Only memories whose time (occurredAt, else createdAt) is after it.
+   * format: date-time.
+   */
+  occurredAfter?: string | null | undefined;
+  /**
+   * Only memories whose time (occurredAt, else createdAt) is before it.
+   * format: date-time.
+   */
+  occurredBefore?: string | null | undefined;
+  /**
+   * Answer as of this time: memories whose time is at or before it, facts current then (validTo unset or after it).
+   * format: date-time.
+   */
+  asOf?: string | null | undefined;
+  /**
+   * Also facts that newer facts replaced (supersededBy set).
+   * @default false
+   */
+  includeSuperseded?: boolean | undefined;
   /**
    * 1 to 1000.
    * @default 100
@@ -186,6 +213,57 @@ export interface Health {
 export interface IdInput {
   /** format: uuid. */
   id: string;
+}
+
+export interface IngestInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  /**
+   * The conversation to add to; a later call with the same id goes on where it stopped. Default: a new session.
+   * 1 to 256 characters.
+   */
+  sessionId?: string | null | undefined;
+  messages: Array<{
+    role: "user" | "assistant" | "system" | "tool";
+    /** 1 to 65536 characters. */
+    content: string;
+    /**
+     * Who said it; answered as the message's speaker.
+     * 1 to 256 characters.
+     */
+    name?: string | null | undefined;
+    /**
+     * When it was said. Default: the previous message's time; the first message's, the time of the call.
+     * format: date-time.
+     */
+    at?: string | null | undefined;
+    /**
+     * Your id of the message: a message whose id its session already holds is not stored again.
+     * 1 to 256 characters.
+     */
+    id?: string | null | undefined;
+  }>;
+  /**
+   * Given to every message of the call.
+   * @default {}
+   */
+  metadata?: {
+    [key: string]: unknown;
+  } | undefined;
+  /** Also draw facts from the messages with the operator's language model. Default: the server's setting (MEMSVC_EXTRACT). */
+  extract?: boolean | null | undefined;
+}
+
+export interface IngestResult {
+  /** The session the messages are in. */
+  sessionId: string;
+  /** One memory per message, in the order given (a message already stored: the memory stored for it then). */
+  memories: Memory[];
+  /**
+   * How many messages the session already held (by id).
+   * at least 0.
+   */
+  duplicates: number;
 }
 
 export interface Memory {
@@ -214,6 +292,45 @@ export interface Memory {
    * format: date-time.
    */
   expiresAt?: string;
+  /** "message" (stored by memory.ingest) or "fact" (drawn from messages by extraction); absent on a memory added with memory.add. */
+  kind?: "message" | "fact";
+  /**
+   * When it was said or happened; absent: its time is createdAt.
+   * format: date-time.
+   */
+  occurredAt?: string;
+  /** A message's session. */
+  sessionId?: string;
+  role?: "user" | "assistant" | "system" | "tool";
+  /** Who said a message (its name), when given. */
+  speaker?: string;
+  /**
+   * A message's place in its session: 0, 1, 2... in the order received.
+   * at least 0.
+   */
+  position?: number;
+  /** Your id of a message, when given. */
+  messageId?: string;
+  /** The time expressions of its text ('yesterday', 'last May'), resolved against its time as calendar dates (inclusive). */
+  dates?: Array<{
+    text: string;
+    /** format: date. */
+    start: string;
+    /** format: date. */
+    end: string;
+  }>;
+  /** A fact's sources: the ids of the messages it was drawn from. */
+  sources?: string[];
+  /**
+   * The id of the fact that replaced this one.
+   * format: uuid.
+   */
+  supersededBy?: string;
+  /**
+   * When a superseded fact stopped being current.
+   * format: date-time.
+   */
+  validTo?: string;
 }
 
 export interface MemoryIdInput {
@@ -255,6 +372,28 @@ export interface SearchInput {
    * format: date-time.
    */
   createdBefore?: string | null | undefined;
+  /** Only memories of these kinds: "memory" (added with memory.add), "message" (memory.ingest), "fact" (extraction). Default: all. */
+  kinds?: Array<"memory" | "message" | "fact"> | null | undefined;
+  /**
+   * Only memories whose time (occurredAt, else createdAt) is after it.
+   * format: date-time.
+   */
+  occurredAfter?: string | null | undefined;
+  /**
+   * Only memories whose time (occurredAt, else createdAt) is before it.
+   * format: date-time.
+   */
+  occurredBefore?: string | null | undefined;
+  /**
+   * Answer as of this time: memories whose time is at or before it, facts current then (validTo unset or after it).
+   * format: date-time.
+   */
+  asOf?: string | null | undefined;
+  /**
+   * Also facts that newer facts replaced (supersededBy set).
+   * @default false
+   */
+  includeSuperseded?: boolean | undefined;
   /** 1 to 65536 characters. */
   query: string;
   /** @default "semantic" */
@@ -274,6 +413,12 @@ export interface SearchInput {
    * @default false
    */
   explain?: boolean | undefined;
+  /**
+   * Each result that is a message also carries up to this many messages of its session on either side (context.before, context.after).
+   * 0 to 10.
+   * @default 0
+   */
+  context?: number | undefined;
 }
 
 export interface SearchResult {
@@ -302,6 +447,45 @@ export interface SearchResult {
    * format: date-time.
    */
   expiresAt?: string;
+  /** "message" (stored by memory.ingest) or "fact" (drawn from messages by extraction); absent on a memory added with memory.add. */
+  kind?: "message" | "fact";
+  /**
+   * When it was said or happened; absent: its time is createdAt.
+   * format: date-time.
+   */
+  occurredAt?: string;
+  /** A message's session. */
+  sessionId?: string;
+  role?: "user" | "assistant" | "system" | "tool";
+  /** Who said a message (its name), when given. */
+  speaker?: string;
+  /**
+   * A message's place in its session: 0, 1, 2... in the order received.
+   * at least 0.
+   */
+  position?: number;
+  /** Your id of a message, when given. */
+  messageId?: string;
+  /** The time expressions of its text ('yesterday', 'last May'), resolved against its time as calendar dates (inclusive). */
+  dates?: Array<{
+    text: string;
+    /** format: date. */
+    start: string;
+    /** format: date. */
+    end: string;
+  }>;
+  /** A fact's sources: the ids of the messages it was drawn from. */
+  sources?: string[];
+  /**
+   * The id of the fact that replaced this one.
+   * format: uuid.
+   */
+  supersededBy?: string;
+  /**
+   * When a superseded fact stopped being current.
+   * format: date-time.
+   */
+  validTo?: string;
   /**
    * Cosine similarity of the query and the memory, clamped into [0, 1].
    * 0 to 1.
@@ -323,6 +507,11 @@ export interface SearchResult {
     keyword: number | null;
     /** What the mode ranked by: the cosine (semantic), the BM25 score (keyword), the cosine plus 0.5 x the keyword strength squared (hybrid). */
     score: number;
+  };
+  /** With context > 0, on a result that is a message: up to that many messages of its session before and after it, in position order. */
+  context?: {
+    before: Memory[];
+    after: Memory[];
   };
 }
 
@@ -357,6 +546,57 @@ export interface ServiceInfo {
   };
 }
 
+export interface Session {
+  sessionId: string;
+  /**
+   * Visible messages (not expired).
+   * at least 1.
+   */
+  messages: number;
+  /**
+   * The earliest of its messages' times.
+   * format: date-time.
+   */
+  firstAt: string;
+  /**
+   * The latest of its messages' times.
+   * format: date-time.
+   */
+  lastAt: string;
+}
+
+export interface SessionInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  /** 1 to 256 characters. */
+  sessionId: string;
+  /**
+   * 1 to 1000.
+   * @default 100
+   */
+  limit?: number | undefined;
+  /**
+   * A position: the page starts after it.
+   * at least 0.
+   */
+  after?: number | null | undefined;
+}
+
+export interface SessionsInput {
+  /** 1 to 256 characters. */
+  userId: string;
+  /**
+   * 1 to 1000.
+   * @default 100
+   */
+  limit?: number | undefined;
+  /**
+   * The last sessionId of the previous page.
+   * 1 to 256 characters.
+   */
+  cursor?: string | null | undefined;
+}
+
 export interface SetKeyLimitsInput {
   /** format: uuid. */
   id: string;
@@ -370,7 +610,7 @@ export interface Success {
   success: true;
 }
 
-/** Give at least one of content, metadata, expiresAt. */
+/** Give at least one of content, metadata, expiresAt, occurredAt. */
 export interface UpdateInput {
   /** format: uuid. */
   id: string;
@@ -387,6 +627,11 @@ export interface UpdateInput {
    * format: date-time.
    */
   expiresAt?: string | null | undefined;
+  /**
+   * When it was said or happened, if not when it is stored (past or future: backfill); its time for occurredAfter/occurredBefore, asOf and time-aware ranking. null: its createdAt again.
+   * format: date-time.
+   */
+  occurredAt?: string | null | undefined;
 }
 
 export interface UserInput {
@@ -438,7 +683,10 @@ const appRouter = t.router({
     getAll: t.procedure.input(is<GetAllInput>()).query(served<Memory[]>()),
     getById: t.procedure.input(is<MemoryIdInput>()).query(served<Memory>()),
     history: t.procedure.input(is<MemoryIdInput>()).query(served<MemoryVersion[]>()),
+    ingest: t.procedure.input(is<IngestInput>()).mutation(served<IngestResult>()),
     search: t.procedure.input(is<SearchInput>()).query(served<SearchResult[]>()),
+    session: t.procedure.input(is<SessionInput>()).query(served<Memory[]>()),
+    sessions: t.procedure.input(is<SessionsInput>()).query(served<Session[]>()),
     update: t.procedure.input(is<UpdateInput>()).mutation(served<Memory>()),
     users: t.procedure.input(is<UsersInput | undefined>()).query(served<EndUser[]>()),
   }),
