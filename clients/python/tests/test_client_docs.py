@@ -25,7 +25,7 @@ DOC = REPO / "docs" / "clients.md"
 README = REPO / "clients" / "python" / "README.md"
 
 
-@pytest.mark.parametrize(("path", "count"), [(DOC, 9), (README, 1)], ids=["docs", "readme"])
+@pytest.mark.parametrize(("path", "count"), [(DOC, 10), (README, 1)], ids=["docs", "readme"])
 def test_the_python_examples_print_what_the_doc_shows(
     server: Server, tmp_path: pathlib.Path, path: pathlib.Path, count: int
 ) -> None:
