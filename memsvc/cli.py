@@ -728,8 +728,8 @@ def keys_list(ctx: Context, tenant: str | None) -> None:
             clock.iso(k.created_at),
             clock.iso(k.last_used_at) if k.last_used_at else "-",
             clock.iso(k.revoked_at) if k.revoked_at else "-",
-            _limit_text(k.rate_limit, defaults.per_minute),
-            _limit_text(k.concurrency_limit, defaults.concurrent),
+            _limit_text(k.per_minute, defaults.per_minute),
+            _limit_text(k.concurrent, defaults.concurrent),
         )
         for k in rows
     ]
@@ -752,12 +752,17 @@ def keys_list(ctx: Context, tenant: str | None) -> None:
     default=None,
     help="Calls executing at once (0: unlimited).",
 )
-@click.option("--reset", is_flag=True, help="Back to the global MEMSVC_* settings.")
+@click.option(
+    "--reset", is_flag=True, help="The key's ceiling back to the global MEMSVC_* settings."
+)
 @pass_context
 def keys_set_limits(
     ctx: Context, key_id: str, per_minute: int | None, concurrent: int | None, reset: bool
 ) -> None:
-    """Give the key with record id KEY_ID its own limits; they apply at once."""
+    """Give the key with record id KEY_ID its own limits; they apply at once.
+
+    They are a ceiling: its tenant may lower them (keys.setLimits), never raise them.
+    """
     store = ctx.store()
     current = store.get_key(key_id)
     if current is None:
@@ -767,8 +772,8 @@ def keys_set_limits(
     elif per_minute is None and concurrent is None:
         raise click.UsageError("give --per-minute, --concurrent, or --reset")
     else:
-        per_minute = current.rate_limit if per_minute is None else per_minute
-        concurrent = current.concurrency_limit if concurrent is None else concurrent
+        per_minute = current.rate_ceiling if per_minute is None else per_minute
+        concurrent = current.concurrency_ceiling if concurrent is None else concurrent
     try:
         key = key_service.set_limits(store, key_id, per_minute, concurrent)
     except ApiError as e:
@@ -778,8 +783,8 @@ def keys_set_limits(
     defaults = ctx.runtime().default_limits
     click.echo(
         f"{shown(key.name)!r} of tenant {shown(key.tenant)!r}: "
-        f"{_limit_text(key.rate_limit, defaults.per_minute)} per minute, "
-        f"{_limit_text(key.concurrency_limit, defaults.concurrent)} concurrent."
+        f"{_limit_text(key.per_minute, defaults.per_minute)} per minute, "
+        f"{_limit_text(key.concurrent, defaults.concurrent)} concurrent."
     )
 
 

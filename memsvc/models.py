@@ -184,13 +184,37 @@ class ApiKey:
     created_at: int
     last_used_at: int | None
     revoked_at: int | None
-    #: Per-key overrides of the global limits; None = the global setting.
+    #: The limits its tenant chose (``keys.setLimits``; 0: unlimited), at most
+    #: its ceilings; None: the ceiling.
     rate_limit: int | None = None
     concurrency_limit: int | None = None
+    #: The operator's limits for the key (``memsvc keys set-limits``), which
+    #: its tenant may only lower; None: the server's settings.
+    rate_ceiling: int | None = None
+    concurrency_ceiling: int | None = None
 
     @property
     def active(self) -> bool:
         return self.revoked_at is None
+
+    @property
+    def per_minute(self) -> int | None:
+        """The key's rate limit, the tenant's and the operator's together (None: the server's)."""
+        return tighter(self.rate_limit, self.rate_ceiling)
+
+    @property
+    def concurrent(self) -> int | None:
+        """The key's concurrency limit, as :attr:`per_minute` (None: the server's)."""
+        return tighter(self.concurrency_limit, self.concurrency_ceiling)
+
+
+def tighter(a: int | None, b: int | None) -> int | None:
+    """The lower of two limits, 0 being unlimited and None unset."""
+    if a is None or b is None:
+        return b if a is None else a
+    if not a or not b:
+        return a or b
+    return min(a, b)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

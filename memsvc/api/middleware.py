@@ -86,14 +86,6 @@ def api_key(call: Call) -> None:
     call.caller = _verify_api_key(call)
 
 
-def limits_of(key: ApiKey, defaults: Limits) -> Limits:
-    """A key's limits: its own overrides, else the global settings."""
-    return Limits(
-        defaults.per_minute if key.rate_limit is None else key.rate_limit,
-        defaults.concurrent if key.concurrency_limit is None else key.concurrency_limit,
-    )
-
-
 def _release(call: Call, token: t.Any) -> None:
     """After :func:`limited`: give the call's concurrency slot back."""
     if token is None:
@@ -118,7 +110,7 @@ def limited(call: Call) -> t.Any:
     rt = call.runtime
     caller = call.caller
     key = caller.key
-    limits = limits_of(key, rt.default_limits)
+    limits = keys.limits_of(key, rt.default_limits)
     try:
         token = rt.limiter.acquire(key.id, limits)
         call.caller = Caller(caller.tenant, key, limits)

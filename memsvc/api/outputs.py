@@ -287,7 +287,7 @@ _API_KEY = Shape[ApiKey](
                 "description": "Calls per minute this key may make (0: unlimited); null: the "
                 "server's setting, which service.info reports.",
             },
-            operator.attrgetter("rate_limit"),
+            operator.attrgetter("per_minute"),
         ),
         Field(
             "concurrencyLimit",
@@ -297,7 +297,7 @@ _API_KEY = Shape[ApiKey](
                 "description": "Calls of this key executing at once (0: unlimited); null: the "
                 "server's setting.",
             },
-            operator.attrgetter("concurrency_limit"),
+            operator.attrgetter("concurrent"),
         ),
     ),
 )

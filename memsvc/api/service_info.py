@@ -6,6 +6,7 @@ import typing as t
 
 from .._version import __version__
 from ..services import info
+from ..services import keys
 from . import inputs
 from . import middleware
 from . import outputs
@@ -23,5 +24,5 @@ router = Router(
 @router.query("info", input=inputs.NoInput(), output=outputs.SERVICE_INFO)
 def service_info(call: Call, params: dict[str, t.Any]) -> t.Any:
     rt = call.runtime
-    limits = middleware.limits_of(call.caller.key, rt.default_limits)
+    limits = keys.limits_of(call.caller.key, rt.default_limits)
     return info.describe(__version__, rt.embedder, rt.settings, limits)

@@ -321,19 +321,26 @@ def _key(raw: dict[str, t.Any], number: int, limits: Rules) -> KeyLine:
             record, "lastUsedAt", "apiKey.lastUsedAt", rules.timestamp, default=None
         ),
         revoked_at=_field(record, "revokedAt", "apiKey.revokedAt", rules.timestamp, default=None),
-        rate_limit=_field(
-            record, "rateLimit", "apiKey.rateLimit", _key_limit, MAX_PER_MINUTE, default=None
-        ),
-        concurrency_limit=_field(
-            record,
-            "concurrencyLimit",
-            "apiKey.concurrencyLimit",
-            _key_limit,
-            MAX_CONCURRENT,
-            default=None,
-        ),
     )
-    return KeyLine(number, key, secret_hash)
+    return KeyLine(number, dataclasses.replace(key, **_key_limits(record)), secret_hash)
+
+
+def _key_limits(record: dict[str, t.Any]) -> dict[str, t.Any]:
+    """A key's limits: its tenant's and its operator's (a file without the
+    operator's, from before they were apart, holds one pair: taken as both)."""
+    out: dict[str, t.Any] = {}
+    for field, name, maximum in (
+        ("rateLimit", "rate_limit", MAX_PER_MINUTE),
+        ("concurrencyLimit", "concurrency_limit", MAX_CONCURRENT),
+    ):
+        own = _field(record, field, f"apiKey.{field}", _key_limit, maximum, default=None)
+        ceiling_field = field.replace("Limit", "Ceiling")
+        ceiling = _field(
+            record, ceiling_field, f"apiKey.{ceiling_field}", _key_limit, maximum, default=None
+        )
+        out[name] = own
+        out[name.replace("limit", "ceiling")] = own if ceiling_field not in record else ceiling
+    return out
 
 
 def _printable(value: t.Any, max_chars: int) -> str:

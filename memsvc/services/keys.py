@@ -15,6 +15,7 @@ from ..errors import Unauthorized
 from ..limits import Limits
 from ..models import ApiKey
 from ..models import CreatedKey
+from ..models import tighter
 from ..store import Store
 
 
@@ -81,10 +82,35 @@ def record_use(store: Store, key: ApiKey, now: int, resolution_ms: int) -> None:
         store.touch_key(key.id, now)
 
 
+def limits_of(key: ApiKey, defaults: Limits) -> Limits:
+    """The limits a key's calls are counted against.
+
+    The operator's for the key (``memsvc keys set-limits``), else the
+    server's settings (``defaults``): a ceiling its tenant may only lower
+    (:func:`tighten_limits`).
+    """
+    return Limits(
+        _limit(tighter(key.rate_limit, _or(key.rate_ceiling, defaults.per_minute))),
+        _limit(tighter(key.concurrency_limit, _or(key.concurrency_ceiling, defaults.concurrent))),
+    )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _limit(value: int | None) -> int:
+    assert value is not None  # a ceiling is always set
+    return value
+
+
 def set_limits(store: Store, key_id: str, per_minute: int | None, concurrent: int | None) -> ApiKey:
-    """Override a key's limits (None: back to the global setting)."""
+    """The operator sets a key's ceilings (None: back to the server's settings).
+
+    The limits its tenant chose stay, and count where they are lower.
+    """
     with store.write():
-        if not store.set_key_limits(key_id, per_minute, concurrent):
+        if not store.set_key_limits(key_id, per_minute, concurrent, ceiling=True):
             raise NotFound("API key not found")
         key = store.get_key(key_id)
     if key is None:
@@ -99,9 +125,9 @@ class Unset:
 UNSET = Unset()
 
 
-def _room(limit: int | None) -> float:
+def _room(limit: int) -> float:
     """A limit as an amount, 0 (unlimited) as infinity."""
-    return math.inf if limit == 0 else float(limit or 0)
+    return math.inf if limit == 0 else float(limit)
 
 
 def tighten_limits(
@@ -115,11 +141,12 @@ def tighten_limits(
 ) -> ApiKey:
     """A tenant sets its own key's limits, never above what the operator allows it.
 
-    Unset: unchanged; None: back to the server's setting (``defaults``). A
-    new value may be at most the server's setting, or the key's own limit
-    if its operator gave it more (``memsvc keys set-limits``): a tenant
-    lowers its keys' limits, only the operator raises them (:class:`Forbidden`).
-    A key of another tenant is refused as :func:`revoke` refuses it.
+    Unset: unchanged; None: back to the key's ceiling, the operator's limit
+    for it (``memsvc keys set-limits``) or else the server's setting
+    (``defaults``). A new value may be at most that ceiling: a tenant lowers
+    its keys' limits, only the operator raises them (:class:`Forbidden`).
+    The API and the console both come here. A key of another tenant is
+    refused as :func:`revoke` refuses it.
     """
     with store.write():
         key = store.get_key(key_id)
@@ -129,19 +156,20 @@ def tighten_limits(
             raise Unauthorized("API key belongs to another user")
         rate = key.rate_limit if isinstance(per_minute, Unset) else per_minute
         conc = key.concurrency_limit if isinstance(concurrent, Unset) else concurrent
-        for name, new, old, default, setting in (
-            ("rateLimit", per_minute, key.rate_limit, defaults.per_minute, "RATE_LIMIT_PER_MINUTE"),
-            ("concurrencyLimit", concurrent, key.concurrency_limit, defaults.concurrent,
+        for name, new, ceiling, default, setting in (
+            ("rateLimit", per_minute, key.rate_ceiling, defaults.per_minute,
+             "RATE_LIMIT_PER_MINUTE"),
+            ("concurrencyLimit", concurrent, key.concurrency_ceiling, defaults.concurrent,
              "CONCURRENCY_LIMIT"),
         ):  # fmt: skip
             if isinstance(new, Unset) or new is None:
                 continue
-            cap = max(_room(default), _room(old))
-            if _room(new) > cap:
+            cap = _or(ceiling, default)
+            if _room(new) > _room(cap):
+                whose = f"MEMSVC_{setting}" if ceiling is None else "the operator's limit for it"
                 raise Forbidden(
-                    f"{name} may be at most {int(cap)} for this key (MEMSVC_{setting} or the "
-                    "key's own limit): a tenant lowers its keys' limits, only the operator "
-                    "raises them (memsvc keys set-limits)"
+                    f"{name} may be at most {cap} for this key ({whose}): a tenant lowers its "
+                    "keys' limits, only the operator raises them (memsvc keys set-limits)"
                 )
         if rate != key.rate_limit or conc != key.concurrency_limit:
             store.set_key_limits(key_id, rate, conc)

@@ -166,6 +166,8 @@ def _key_line(key: ApiKey, secret_hash: bytes) -> str:
         "revokedAt": _iso(key.revoked_at),
         "rateLimit": key.rate_limit,
         "concurrencyLimit": key.concurrency_limit,
+        "rateCeiling": key.rate_ceiling,
+        "concurrencyCeiling": key.concurrency_ceiling,
     }
     return json.dumps({"apiKey": record}, ensure_ascii=False, separators=(",", ":")) + "\n"
 

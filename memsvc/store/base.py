@@ -41,7 +41,8 @@ MEMORY_COLUMNS = (
 #: How many columns :data:`MEMORY_COLUMNS` names.
 MEMORY_WIDTH = MEMORY_COLUMNS.count(",") + 1
 KEY_COLUMNS = (
-    "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit"
+    "id, tenant, key_id, name, created_at, last_used_at, revoked_at, rate_limit, concurrency_limit,"
+    " rate_ceiling, concurrency_ceiling"
 )
 ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
 
@@ -504,8 +505,14 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def set_key_limits(
-        self, key_id: str, rate_limit: int | None, concurrency_limit: int | None
-    ) -> bool: ...
+        self,
+        key_id: str,
+        rate_limit: int | None,
+        concurrency_limit: int | None,
+        *,
+        ceiling: bool = False,
+    ) -> bool:
+        """Set the limits its tenant chose, or with ``ceiling`` its operator's; False: no key."""
 
     @abc.abstractmethod
     def touch_key(self, key_id: str, now: int) -> None: ...

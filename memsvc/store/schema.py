@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing as t
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 class StoreMismatch(Exception):

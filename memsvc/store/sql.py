@@ -688,10 +688,11 @@ class SqlStore(ConversationSql, Store):
     def insert_key(self, key: ApiKey, secret_hash: bytes) -> None:
         self._execute(
             f"INSERT INTO api_keys ({KEY_COLUMNS}, secret_hash) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 key.id, key.tenant, key.key_id, key.name, key.created_at, key.last_used_at,
-                key.revoked_at, key.rate_limit, key.concurrency_limit, secret_hash,
+                key.revoked_at, key.rate_limit, key.concurrency_limit, key.rate_ceiling,
+                key.concurrency_ceiling, secret_hash,
             ),
         )  # fmt: skip
 
@@ -738,11 +739,21 @@ class SqlStore(ConversationSql, Store):
         )
 
     def set_key_limits(
-        self, key_id: str, rate_limit: int | None, concurrency_limit: int | None
+        self,
+        key_id: str,
+        rate_limit: int | None,
+        concurrency_limit: int | None,
+        *,
+        ceiling: bool = False,
     ) -> bool:
+        pair = (
+            ("rate_ceiling", "concurrency_ceiling")
+            if ceiling
+            else ("rate_limit", "concurrency_limit")
+        )
+        columns = ", ".join(f"{column} = ?" for column in pair)
         cur = self._execute(
-            "UPDATE api_keys SET rate_limit = ?, concurrency_limit = ? WHERE id = ?",
-            (rate_limit, concurrency_limit, key_id),
+            f"UPDATE api_keys SET {columns} WHERE id = ?", (rate_limit, concurrency_limit, key_id)
         )
         return cur.rowcount == 1
 

@@ -272,7 +272,7 @@ def test_only_the_operator_raises_a_keys_limits(make_app):
         assert "only the operator raises them" in error["message"]
     assert listed(client)[0]["rateLimit"] is None
     # A key the operator gave more may be set anywhere up to that.
-    app.extensions["memsvc"].store().set_key_limits(created["id"], 500, None)
+    app.extensions["memsvc"].store().set_key_limits(created["id"], 500, None, ceiling=True)
     assert data(set_limits(client, {"id": created["id"], "rateLimit": 400}))["rateLimit"] == 400
 
 
@@ -306,3 +306,45 @@ def test_bad_limits_are_400(client, body, message):
         set_limits(client, {"id": created["id"], **body}), 400, "BAD_REQUEST", "keys.setLimits"
     )
     assert message in error["message"]
+
+
+def service_limits(client, secret):
+    info = data(query(client, "service.info", headers={"x-api-key": secret}))
+    return info["limits"]["perMinute"], info["limits"]["concurrent"]
+
+
+def test_the_operators_limits_are_a_ceiling_the_tenant_only_lowers(make_app, memsvc_cli):
+    app = make_app(JWT_SECRET=SECRET, RATE_LIMIT_PER_MINUTE=100, CONCURRENCY_LIMIT=10)
+    client = app.test_client()
+    created = create(client)
+    throttled = memsvc_cli(
+        "keys", "set-limits", created["id"], "--per-minute", "10", "--concurrent", "1"
+    )
+    assert throttled.exit_code == 0, throttled.output
+    assert service_limits(client, created["secret"]) == (10, 1)
+    # Above the operator's limits: refused, whatever the server's settings allow.
+    for body in ({"rateLimit": 100}, {"rateLimit": 11}, {"rateLimit": 0}, {"concurrencyLimit": 2}):
+        error = assert_error(
+            set_limits(client, {"id": created["id"], **body}), 403, "FORBIDDEN", "keys.setLimits"
+        )
+        assert "only the operator raises them" in error["message"]
+    # null: back to the operator's limits, not the server's settings.
+    key = data(
+        set_limits(client, {"id": created["id"], "rateLimit": None, "concurrencyLimit": None})
+    )
+    assert (key["rateLimit"], key["concurrencyLimit"]) == (10, 1)
+    assert service_limits(client, created["secret"]) == (10, 1)
+    # Lower is the tenant's to choose, and null takes it back to the ceiling.
+    key = data(set_limits(client, {"id": created["id"], "rateLimit": 4}))
+    assert (key["rateLimit"], key["concurrencyLimit"]) == (4, 1)
+    assert service_limits(client, created["secret"]) == (4, 1)
+    key = data(set_limits(client, {"id": created["id"], "rateLimit": None}))
+    assert service_limits(client, created["secret"]) == (10, 1)
+    # The operator lowering the ceiling below the tenant's choice: the lower one holds.
+    data(set_limits(client, {"id": created["id"], "rateLimit": 8}))
+    assert memsvc_cli("keys", "set-limits", created["id"], "--per-minute", "5").exit_code == 0
+    assert service_limits(client, created["secret"]) == (5, 1)
+    assert listed(client)[0]["rateLimit"] == 5
+    # The operator's reset: back to the server's settings, the tenant's own choice kept.
+    assert memsvc_cli("keys", "set-limits", created["id"], "--reset").exit_code == 0
+    assert service_limits(client, created["secret"]) == (8, 10)

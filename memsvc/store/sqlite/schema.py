@@ -190,6 +190,15 @@ MIGRATIONS: dict[int, list[Step]] = {
     # their own, for loading users); SQLite's vectors are raw float32s already.
     6: [],
     7: [*CONVERSATIONS],
+    8: [
+        # The operator's limits of a key (memsvc keys set-limits) apart from
+        # those its tenant chose (keys.setLimits), which may only be lower:
+        # until now one pair held both. A pair set before is taken as the
+        # operator's, so no tenant gets more than it had.
+        "ALTER TABLE api_keys ADD COLUMN rate_ceiling INTEGER",
+        "ALTER TABLE api_keys ADD COLUMN concurrency_ceiling INTEGER",
+        "UPDATE api_keys SET rate_ceiling = rate_limit, concurrency_ceiling = concurrency_limit",
+    ],
 }
 
 
