@@ -446,9 +446,21 @@ def _import_scope(
     help="Import every tenant the file holds, trusting the file (a whole database's export).",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option(
+    "--max-line-chars",
+    type=click.IntRange(min=1),
+    default=transfer.MAX_LINE_CHARS,
+    show_default=True,
+    help="Refuse a longer line before parsing it (a memory with a long history may need more).",
+)
 @pass_context
 def import_command(
-    ctx: Context, path: str, tenants: tuple[str, ...], all_tenants: bool, batch_size: int
+    ctx: Context,
+    path: str,
+    tenants: tuple[str, ...],
+    all_tenants: bool,
+    batch_size: int,
+    max_line_chars: int,
 ) -> None:
     """Import memories (and API keys) from a file `memsvc export` wrote.
 
@@ -480,19 +492,25 @@ def import_command(
     # One open file for both readings: the import reads the file the check read.
     with open(path, encoding="utf-8") as f:
         try:
-            header = transfer.read_header(f.readline())
+            header = transfer.read_header(next(transfer.read_lines(f, max_line_chars), ""))
             limits = transfer.Rules.from_settings(
                 ctx.settings(), _import_scope(header, tenants, all_tenants)
             )
             f.seek(0)
-            checked = transfer.check(store, f, limits)
+            checked = transfer.check(store, transfer.read_lines(f, max_line_chars), limits)
         except (transfer.InvalidImport, UnicodeDecodeError) as e:
             raise click.ClickException(f"{path}: {e}; nothing was imported") from None
         f.seek(0)
         bar = Progress("importing")
         try:
             result = transfer.import_(
-                store, rt.embedder, f, checked, limits, batch_size=batch_size, progress=bar
+                store,
+                rt.embedder,
+                transfer.read_lines(f, max_line_chars),
+                checked,
+                limits,
+                batch_size=batch_size,
+                progress=bar,
             )
         except transfer.InvalidImport as e:
             raise click.ClickException(f"{path}: {e}") from None

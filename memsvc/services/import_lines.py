@@ -88,6 +88,10 @@ class _Required:
     pass
 
 
+class _Named(rules.Invalid):
+    """A refusal that names its own place in the line (not only the field's)."""
+
+
 _REQUIRED: t.Any = _Required()
 
 
@@ -107,6 +111,8 @@ def _field(
         raise ValueError(f"{path} is required")
     try:
         return rule(value, *args)
+    except _Named as e:
+        raise ValueError(str(e)) from None
     except (rules.Invalid, InvalidText) as e:
         raise ValueError(f"{path} {e}") from None
 
@@ -169,6 +175,10 @@ def _vectors(encoded: t.Any, dims: int) -> np.ndarray:
     vectors = np.vstack(rows).astype(np.float32)
     if not np.isfinite(vectors).all():
         raise rules.Invalid("must be finite numbers")
+    # No direction: no query is ever near it, and cosine distance divides by its norm.
+    zero = np.flatnonzero(~vectors.any(axis=1))
+    if len(zero):
+        raise _Named(f"vectors[{zero[0]}] is all zeros: such a memory could never be found")
     return vectors
 
 

@@ -225,6 +225,35 @@ class _KeyPlan:
     existing: int
 
 
+#: The longest line ``memsvc import`` reads by default, in characters: a
+#: memory at the API's largest (64 Ki characters of text and 64 KiB of
+#: metadata, each taking up to 6 characters a character as JSON escapes,
+#: and 800 windows' vectors of 1,536 dimensions) with a dozen earlier
+#: versions as large. A longer line is refused before it is parsed.
+MAX_LINE_CHARS = 16 * 1024 * 1024
+
+
+def read_lines(f: t.TextIO, max_chars: int = MAX_LINE_CHARS) -> t.Iterator[str]:
+    """The lines of ``f``, each read only up to ``max_chars``: :class:`InvalidImport` past it.
+
+    A line's JSON, parsed, takes many times its size (tens of bytes for
+    each small number or empty object): one far past what memsvc writes is
+    refused before anything of it is parsed, or even read whole.
+    """
+    number = 0
+    while True:
+        line = f.readline(max_chars + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > max_chars and line[max_chars:] != "\n":
+            raise InvalidImport(
+                f"line {number}: longer than {max_chars:,} characters, more than a memory "
+                "memsvc writes takes (raise the bound with --max-line-chars)"
+            )
+        yield line
+
+
 def read_header(line: str) -> dict[str, t.Any]:
     if not line:
         raise InvalidImport("the file is empty")

@@ -7,11 +7,15 @@ PostgreSQL) through the CLI.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import time
+import tracemalloc
 import typing as t
 import uuid
 
+import numpy as np
 import pytest
 
 from memsvc import clock
@@ -416,3 +420,44 @@ def test_a_line_changed_after_the_check_stops_the_import_there(make_app):
         with pytest.raises(transfer.InvalidImport, match="line 4: content must not be empty; the"):
             transfer.import_(store(), embedder(), as_lines(*changed), checked, limits, batch_size=1)
     assert counts(app) == (2, 0)
+
+
+# -- sizes and vectors ------------------------------------------------------------------
+
+
+def test_an_oversized_line_is_refused_before_it_is_parsed(make_app, memsvc_cli, tmp_path):
+    """A line past the bound is refused as soon as the bound is read: its JSON is never parsed
+    (20 MB of small numbers would take gigabytes as Python objects)."""
+    app = make_app()
+    path = tmp_path / "big.jsonl"
+    numbers = "0," * (10 * 1024 * 1024)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(header("acme")) + "\n")
+        f.write(json.dumps(memory("acme")) + "\n")
+        f.write('{"metadata":{"x":[' + numbers + "0]}}\n")
+    tracemalloc.start()
+    try:
+        started = time.perf_counter()
+        result = memsvc_cli("import", str(path))
+        took = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    refused(result, "line 3: longer than 16,777,216 characters")
+    assert "--max-line-chars" in result.stderr
+    assert peak < 128 * 1024 * 1024, f"{peak / 2**20:.0f} MiB held to refuse the line"
+    assert took < 30
+    assert counts(app) == (0, 0)
+    # The bound is the operator's to move.
+    smaller = memsvc_cli("import", str(path), "--max-line-chars", "4096")
+    refused(smaller, "line 3: longer than 4,096 characters")
+
+
+def test_an_all_zero_vector_is_refused_naming_its_line(make_app, memsvc_cli, tmp_path):
+    app = make_app()
+    zero = base64.b64encode(np.zeros(384, dtype="<f4").tobytes()).decode()
+    one = base64.b64encode(np.full(384, 0.05, dtype="<f4").tobytes()).decode()
+    lines = [header("acme"), memory("acme", vectors=[one]), memory("acme", vectors=[one, zero])]
+    result = memsvc_cli("import", write(tmp_path / "zero.jsonl", *lines))
+    refused(result, "line 3: vectors[1] is all zeros: such a memory could never be found")
+    assert counts(app) == (0, 0)
