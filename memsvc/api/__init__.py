@@ -50,4 +50,4 @@ def _http_error(e: HTTPException) -> t.Any:
     error = for_code(code, e.description or e.name)
     valid = getattr(e, "valid_methods", None)
     headers = {"Allow": ", ".join(valid)} if valid else None
-    return trpc.json_response(trpc.error_body(error, None), HTTP_STATUS[code], headers)
+    return trpc.error_response(error, HTTP_STATUS[code], headers)

@@ -46,12 +46,11 @@ def provider(config: t.Mapping[str, t.Any]) -> str:
 
 def _metrics_view() -> Response:
     from ..errors import Unauthorized
-    from .trpc import error_body
-    from .trpc import json_response
+    from .trpc import error_response
 
     if not metrics.authorized(
         request.headers.get("Authorization"), current_app.config["METRICS_TOKEN"]
     ):
         error = Unauthorized("Missing or wrong bearer token for /metrics (MEMSVC_METRICS_TOKEN)")
-        return json_response(error_body(error, None), 401, {"WWW-Authenticate": "Bearer"})
+        return error_response(error, headers={"WWW-Authenticate": "Bearer"})
     return Response(metrics.exposition(), content_type=metrics.CONTENT_TYPE)

@@ -35,9 +35,9 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import PathConverter
 
 from .. import wire
-from ..errors import HTTP_STATUS
 from ..errors import ApiError
 from ..errors import BadRequest
+from ..errors import ErrorEnvelope
 from ..errors import InternalError
 from ..errors import MethodNotSupported
 from ..errors import NotFound
@@ -152,7 +152,7 @@ def endpoint(path: str) -> Response:
     except ApiError as e:
         # A request that is wrong as a whole has one answer, with no path.
         request_failed(e.code)
-        return json_response(error_body(e, None), e.status, e.headers)
+        return error_response(e, headers=e.headers)
     budget = _Budget(ex.config["MAX_RESPONSE_BYTES"])
     if not is_batch:
         return _text_response(*_run(calls[0], budget))
@@ -428,13 +428,15 @@ def _js_type(value: t.Any) -> str:
 
 
 def error_body(error: ApiError, path: str | None) -> dict[str, t.Any]:
-    data: dict[str, t.Any] = {"code": error.code, "httpStatus": HTTP_STATUS[error.code]}
-    if path is not None:
-        data["path"] = path
-    # A message may quote the input: never text that UTF-8 cannot carry (a
-    # lone surrogate), which would fail the whole answer, a batch's too.
-    message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
-    return {"error": {"message": message, "code": error.code, "data": data}}
+    """The error envelope of ``error`` (:class:`~memsvc.errors.ErrorEnvelope`)."""
+    return ErrorEnvelope.of(error, path).json()
+
+
+def error_response(
+    error: ApiError, status: int | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    """An answer of ``error`` alone, in its envelope (a request refused as a whole)."""
+    return json_response(error_body(error, None), status or error.status, headers)
 
 
 _dump = wire.encode

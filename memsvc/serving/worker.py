@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import datetime
 import functools
-import json
 import re
 import selectors
 import socket
@@ -47,7 +46,7 @@ from gunicorn.http.wsgi import Response
 from gunicorn.http.wsgi import default_environ
 from gunicorn.workers.gthread import ThreadWorker
 
-from ..errors import HTTP_STATUS
+from ..errors import ErrorEnvelope
 from .pool import LastIdleFirstPool
 
 # By class name, so a gunicorn release lacking one of them still loads.
@@ -73,13 +72,6 @@ _MESSAGES = {
 _FORBIDDEN = {"ForbiddenProxyRequest"}
 # Raised while the app's own response is being written: the app's fault.
 _SERVER_FAULTS = {"InvalidResponseHeader", "InvalidResponseHeaderName", "ConfigurationProblem"}
-
-_REASONS = {
-    400: "Bad Request",
-    403: "Forbidden",
-    408: "Request Timeout",
-    500: "Internal Server Error",
-}
 
 # Headers gathered beyond the request line before giving up: gunicorn then
 # refuses fields over its own limits one by one.
@@ -160,18 +152,17 @@ def classify(exc: BaseException, cfg: t.Any = None) -> tuple[str, str]:
 
 def error_response(code: str, message: str) -> bytes:
     """A complete HTTP/1.1 response carrying the error envelope."""
-    status = HTTP_STATUS[code]
-    body = json.dumps(
-        {"error": {"message": message, "code": code, "data": {"code": code, "httpStatus": status}}},
-        separators=(",", ":"),
-    ).encode()
-    head = (
-        f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-        "Connection: close\r\n"
-        "Content-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+    envelope = ErrorEnvelope(code, message)
+    body = envelope.body()
+    head = "".join(
+        f"{name}: {value}\r\n"
+        for name, value in [
+            ("Connection", "close"),
+            *envelope.headers(),
+            ("Content-Length", str(len(body))),
+        ]
     )
-    return head.encode("latin-1") + body
+    return f"HTTP/1.1 {envelope.status_line}\r\n{head}\r\n".encode("latin-1") + body
 
 
 class JSONErrorThreadWorker(ThreadWorker):
@@ -381,7 +372,7 @@ class JSONErrorThreadWorker(ThreadWorker):
                 environ["REMOTE_ADDR"] = addr[0]
                 environ["REMOTE_PORT"] = str(addr[1])
                 resp = Response(req, client, self.cfg)
-                resp.status = f"{HTTP_STATUS[code]} {_REASONS[HTTP_STATUS[code]]}"
+                resp.status = ErrorEnvelope(code, message).status_line
                 resp.response_length = 0
                 self.log.access(resp, req, environ, datetime.datetime.now() - started)
             except Exception:
