@@ -144,7 +144,7 @@ _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 def endpoint(path: str) -> Response:
     ex = exchange()
     if ex.method == "HEAD":
-        return Response(status=204)
+        return Response(status=204, headers=NO_STORE)
     query = _query_values(ex.environ.get("QUERY_STRING", ""))
     is_batch = query.get(b"batch") == b"1"
     try:
@@ -442,8 +442,16 @@ def error_response(
 _dump = wire.encode
 
 
+#: On every answer: none may be kept by a cache in front of memsvc (one keyed
+#: on the URL would hand a tenant's GET answer to another), and what one
+#: holds depends on the credential headers.
+NO_STORE = {"Cache-Control": "no-store", "Vary": "X-API-Key, Authorization"}
+
+
 def _text_response(text: str, status: int, headers: dict[str, str] | None) -> Response:
-    return Response(text, status=status, headers=headers, mimetype="application/json")
+    return Response(
+        text, status=status, headers={**NO_STORE, **(headers or {})}, mimetype="application/json"
+    )
 
 
 def json_response(
