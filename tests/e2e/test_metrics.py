@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import time
 import urllib.parse
 
@@ -268,3 +269,25 @@ def test_a_separate_metrics_address(tmp_path):
         s.stop()
     # Its folder of metric files went with it; the next start has a new one.
     assert not os.path.exists(folder)
+
+
+def test_idle_connections_do_not_hold_the_metrics_address(tmp_path):
+    """Scrapes are answered while other connections to the address send nothing, or a byte."""
+    port = free_port()
+    s = start_server(tmp_path, MEMSVC_METRICS_BIND=f"127.0.0.1:{port}")
+    idle = []
+    try:
+        for i in range(4):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if i % 2:
+                conn.sendall(b"G")  # a request begun and never finished
+            idle.append(conn)
+        started = time.monotonic()
+        for _ in range(3):
+            samples = scrape(f"http://127.0.0.1:{port}/metrics", headers={})
+            assert samples
+        assert time.monotonic() - started < 5
+    finally:
+        for conn in idle:
+            conn.close()
+        s.stop()

@@ -11,6 +11,7 @@ from memsvc.api.trpc import error_body
 from memsvc.errors import HTTP_STATUS
 from memsvc.errors import ErrorEnvelope
 from memsvc.errors import ApiError
+from memsvc.serving import metrics_server
 from memsvc.serving.worker import error_response
 
 
@@ -25,6 +26,24 @@ def test_the_api_and_the_worker_write_the_same_envelope(code):
     assert status_line == f"HTTP/1.1 {ErrorEnvelope(code, message).status_line}"
     assert b"\r\nCache-Control: no-store\r\n" in head
     assert api["error"]["data"]["httpStatus"] == HTTP_STATUS[code]
+
+
+def test_the_metrics_address_writes_it_too():
+    answers = []
+    serve = metrics_server.app(token="t" * 16)
+    body = b"".join(
+        serve(
+            {"PATH_INFO": "/metrics", "REQUEST_METHOD": "GET"},
+            lambda status, headers: answers.append((status, dict(headers))),
+        )
+    )
+    status, headers = answers[0]
+    expected = ErrorEnvelope(
+        "UNAUTHORIZED", "Missing or wrong bearer token for /metrics (MEMSVC_METRICS_TOKEN)"
+    )
+    assert status == expected.status_line == "401 Unauthorized"
+    assert json.loads(body) == expected.json()
+    assert headers["Cache-Control"] == "no-store" and headers["WWW-Authenticate"] == "Bearer"
 
 
 def test_a_path_and_an_unencodable_message():
