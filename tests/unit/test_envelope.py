@@ -9,8 +9,8 @@ import pytest
 
 from memsvc.api.trpc import error_body
 from memsvc.errors import HTTP_STATUS
-from memsvc.errors import ErrorEnvelope
 from memsvc.errors import ApiError
+from memsvc.errors import ErrorEnvelope
 from memsvc.serving import metrics_server
 from memsvc.serving.worker import error_response
 
