@@ -13,8 +13,8 @@ from ..services import memories
 from . import inputs
 from . import middleware
 from . import outputs
+from .procedures import Call
 from .procedures import Router
-from .trpc import Call
 
 router = Router(
     "memory",

@@ -28,9 +28,9 @@ from ..models import ApiKey
 from ..services import keys
 from ..store import storage_problem
 from .context import record_storage_problem
+from .procedures import Call
 from .procedures import Credential
 from .procedures import middleware
-from .trpc import Call
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,56 @@ from ..errors import InternalError
 from ..errors import PayloadTooLarge
 from ..errors import ServiceUnavailable
 from ..errors import UnsupportedMediaType
+from .context import Exchange
 
 if t.TYPE_CHECKING:
-    from .trpc import Call
+    from ..runtime import Runtime
+    from ..store import Store
 
 QUERY = "query"
 MUTATION = "mutation"
+
+
+class Inputs(t.Protocol):
+    """The inputs of a request's calls, read once (the wire's :class:`~.trpc._Inputs`)."""
+
+    is_batch: bool
+
+    def get(self, index: int) -> t.Any:
+        """Call ``index``'s input (a batch's), or the request's one."""
+
+
+@dataclasses.dataclass
+class Call:
+    """One procedure call of a request; a batch holds several."""
+
+    path: str
+    index: int
+    procedure: Procedure | None
+    inputs: Inputs
+    #: The request it came in: app, settings, runtime, store.
+    exchange: Exchange
+    #: Set by the authenticating middleware.
+    caller: t.Any = None
+    #: Bytes of answer this call may still produce (see _Budget).
+    budget: int = 0
+
+    def raw_input(self) -> t.Any:
+        return self.inputs.get(self.index)
+
+    def store(self) -> Store:
+        """The request's store."""
+        return self.exchange.store()
+
+    @property
+    def runtime(self) -> Runtime:
+        return self.exchange.runtime
+
+    @property
+    def config(self) -> t.Mapping[str, t.Any]:
+        """The app's settings."""
+        return self.exchange.config
+
 
 Json = dict[str, t.Any]
 Error = type[ApiError]

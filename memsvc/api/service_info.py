@@ -10,8 +10,8 @@ from ..services import keys
 from . import inputs
 from . import middleware
 from . import outputs
+from .procedures import Call
 from .procedures import Router
-from .trpc import Call
 
 router = Router(
     "service",

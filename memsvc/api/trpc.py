@@ -19,7 +19,6 @@ else is logged and answered as a bare 500, never with a trace.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -56,12 +55,9 @@ from .context import record_storage_problem
 from .inputs import error_text
 from .procedures import MUTATION
 from .procedures import QUERY
+from .procedures import Call
 from .procedures import Procedure
 from .procedures import through
-
-if t.TYPE_CHECKING:
-    from ..runtime import Runtime
-    from ..store import Store
 
 log = logging.getLogger(__name__)
 
@@ -79,38 +75,6 @@ UNDEFINED = _Undefined()
 
 #: How a query takes its input, told to a query that came without one.
 QUERY_INPUT_HINT = "send ?input=<URL-encoded JSON object>"
-
-
-@dataclasses.dataclass
-class Call:
-    """One procedure call of a request; a batch holds several."""
-
-    path: str
-    index: int
-    procedure: Procedure | None
-    inputs: _Inputs
-    #: The request it came in: app, settings, runtime, store.
-    exchange: Exchange
-    #: Set by the authenticating middleware.
-    caller: t.Any = None
-    #: Bytes of answer this call may still produce (see _Budget).
-    budget: int = 0
-
-    def raw_input(self) -> t.Any:
-        return self.inputs.get(self.index)
-
-    def store(self) -> Store:
-        """The request's store."""
-        return self.exchange.store()
-
-    @property
-    def runtime(self) -> Runtime:
-        return self.exchange.runtime
-
-    @property
-    def config(self) -> t.Mapping[str, t.Any]:
-        """The app's settings."""
-        return self.exchange.config
 
 
 class ProcedurePath(PathConverter):

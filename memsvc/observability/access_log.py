@@ -13,8 +13,18 @@ import typing as t
 
 log = logging.getLogger(__name__)
 
-if t.TYPE_CHECKING:
-    from .requests import Record
+
+class Record:
+    """What a request did, filled in as it runs."""
+
+    __slots__ = ("id", "calls", "key", "tenant")
+
+    def __init__(self, rid: str) -> None:
+        self.id = rid
+        #: (procedure, code) of each call, in order.
+        self.calls: list[tuple[str, str]] = []
+        self.key: str | None = None
+        self.tenant: str | None = None
 
 
 def write(

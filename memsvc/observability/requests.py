@@ -23,6 +23,7 @@ import typing as t
 from . import access_log
 from . import metrics
 from . import tracing
+from .access_log import Record
 
 HEADER = "X-Request-Id"
 _ENVIRON_ID = "HTTP_X_REQUEST_ID"
@@ -39,19 +40,6 @@ def request_id(given: str | None) -> str:
         return given
     # 128 random bits; random reseeds in each forked worker, so workers never share ids.
     return f"{random.getrandbits(128):032x}"
-
-
-class Record:
-    """What a request did, filled in as it runs."""
-
-    __slots__ = ("id", "calls", "key", "tenant")
-
-    def __init__(self, rid: str) -> None:
-        self.id = rid
-        #: (procedure, code) of each call, in order.
-        self.calls: list[tuple[str, str]] = []
-        self.key: str | None = None
-        self.tenant: str | None = None
 
 
 def call_done(call: t.Any, error: t.Any, started: float) -> None:

@@ -22,9 +22,9 @@ from marshmallow import ValidationError
 from ...errors import BadRequest
 from ..context import exchange
 from ..inputs import error_text
+from ..procedures import Call
 from ..procedures import Procedure
 from ..procedures import through
-from ..trpc import Call
 
 _HEADERS = ("HTTP_X_API_KEY", "HTTP_AUTHORIZATION")
 
