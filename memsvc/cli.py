@@ -114,48 +114,28 @@ def _plural(n: int, word: str, words: str | None = None) -> str:
 
 
 class Progress:
-    """A one-line progress bar on stderr, with rate and time left; silent unless a terminal."""
+    """click's progress bar on stderr, fed the count done so far; silent unless a terminal."""
 
     def __init__(self, label: str, stream: t.TextIO | None = None):
         self.label = label
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty()
-        self.started = time.monotonic()
-        self.shown = 0.0
+        self.bar: t.Any = None
         self.done = 0
 
     def __call__(self, done: int, total: int) -> None:
-        self.done = done
-        now = time.monotonic()
-        if not self.enabled or (now - self.shown < 0.1 and done < total):
+        if not self.enabled:
             return
-        self.shown = now
-        elapsed = max(now - self.started, 1e-6)
-        rate = done / elapsed
-        left = (total - done) / rate if rate > 0 else 0.0
-        width = 24
-        filled = int(width * done / total) if total else width
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(
-            f"\r{self.label} [{bar}] {done:,}/{total:,}  {rate:,.0f}/s  ETA {_duration(left)} "
-        )
-        self.stream.flush()
+        if self.bar is None:
+            self.bar = click.progressbar(
+                length=total, label=self.label, file=self.stream, show_pos=True, show_eta=True
+            )
+        self.bar.update(done - self.done)
+        self.done = done
 
     def close(self) -> None:
-        if self.enabled and self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+        if self.bar is not None:
+            self.bar.render_finish()
 
 
 @click.group(help="memsvc: long-term memory for AI applications.")
