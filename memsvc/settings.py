@@ -226,6 +226,11 @@ SETTINGS: tuple[Setting, ...] = (
     _S("CONCURRENCY_LIMIT", 10, _int_range(0, MAX_CONCURRENT),
        f"a whole number from 0 (no limit) to {MAX_CONCURRENT}",
        "Calls per API key executing at once, on all workers together (0: no limit).", "Limits"),
+    _S("TENANT_CONCURRENCY_LIMIT", 10, _int_range(0, MAX_CONCURRENT),
+       f"a whole number from 0 (no limit) to {MAX_CONCURRENT}",
+       "Calls per tenant executing at once, all its API keys together, on all workers (and, "
+       "with PostgreSQL, all servers) together (0: no limit): a tenant's many keys share "
+       "one bound, so one tenant at its limit leaves threads for every other.", "Limits"),
     _S("MAX_KEYS_PER_TENANT", 25, non_negative_int, "a whole number (0: no cap)",
        "Most active API keys a tenant may hold; `keys.create` beyond answers `403` (each key "
        "has limits of its own, so keys must not be free to multiply).", "Limits"),
@@ -317,8 +322,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Worker processes (gunicorn's `WEB_CONCURRENCY`).", "Serving",
        shown_default="one per core", env_name="WEB_CONCURRENCY"),
     _S("THREADS", 8, positive_int, "a positive whole number",
-       "Threads per worker process. Keep workers x threads above `MEMSVC_CONCURRENCY_LIMIT`, "
-       "so one key at its limit leaves threads for every other.", "Serving"),
+       "Threads per worker process. Keep workers x threads above `MEMSVC_CONCURRENCY_LIMIT` and "
+       "`MEMSVC_TENANT_CONCURRENCY_LIMIT`, so one key or tenant at its limit leaves threads for "
+       "every other.", "Serving"),
     _S("LOG_FULL_URLS", False, lambda v: isinstance(v, bool), "true or false",
        "Write whole URLs, query string included, to the access log. Off by default: tRPC "
        "queries carry their input (user ids, search text) in the URL.", "Serving"),

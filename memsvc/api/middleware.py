@@ -10,6 +10,7 @@ verified once per request.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -86,24 +87,50 @@ def api_key(call: Call) -> None:
     call.caller = _verify_api_key(call)
 
 
-def _release(call: Call, token: t.Any) -> None:
-    """After :func:`limited`: give the call's concurrency slot back."""
-    if token is None:
-        return
+@contextlib.contextmanager
+def _unless_storage_fails(what: str, *, record: bool = True) -> t.Iterator[None]:
+    """Go on when the storage fails (read-only, full), saying ``what`` was not done.
+
+    A database that takes no writes still answers reads: the bookkeeping
+    this guards (limits, lastUsedAt) is skipped, logged and, with
+    ``record``, reported by /health. Any other error goes through.
+    """
     try:
-        call.runtime.limiter.release(call.caller.key.id, token)
+        yield
     except Exception as e:
-        if storage_problem(e) is None:
+        problem = storage_problem(e)
+        if problem is None:
             raise
-        log.warning("a limit slot was not released (it expires): %s", storage_problem(e))
+        log.warning("%s: %s", what, problem)
+        if record:
+            record_storage_problem(problem)
+
+
+def tenant_slot(tenant: str) -> str:
+    """The limiter's name for a tenant's calls at once, all its keys together."""
+    digest = hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()
+    return "tenant-calls-" + digest[:32]
+
+
+def _release(call: Call, held: t.Any) -> None:
+    """After :func:`limited`: give the call's concurrency slots back, its key's and its tenant's."""
+    if held is None:
+        return
+    token, tenant_token = held
+    limiter = call.runtime.limiter
+    with _unless_storage_fails("a limit slot was not released (it expires)", record=False):
+        limiter.release(call.caller.key.id, token)
+        limiter.release(tenant_slot(call.caller.tenant), tenant_token)
 
 
 @middleware(errors=[TooManyRequests], after=_release)
 def limited(call: Call) -> t.Any:
-    """Middleware, after the API key: the key's rate and concurrency limits.
+    """Middleware, after the API key: the key's rate and concurrency limits, and its tenant's.
 
     Every call counts, batched or not: as one here, and a call with a long
     text to embed as more once its input is read (:func:`pay_for_embedding`).
+    A tenant's calls at once, all its keys together, are bounded too
+    (``MEMSVC_TENANT_CONCURRENCY_LIMIT``): keys are many, threads few.
     A refused call is answered at once with 429 and a Retry-After, and uses
     up nothing.
     """
@@ -111,24 +138,39 @@ def limited(call: Call) -> t.Any:
     caller = call.caller
     key = caller.key
     limits = keys.limits_of(key, rt.default_limits)
-    try:
-        token = rt.limiter.acquire(key.id, limits)
+    per_tenant = call.config["TENANT_CONCURRENCY_LIMIT"]
+    held = None
+    # With PostgreSQL the counters are in the database: one that takes no
+    # writes (read-only, full) cannot count. Reads go on, uncounted;
+    # writes fail on their own with the storage's 503.
+    with _unless_storage_fails("limits not counted"):
+        try:
+            token = rt.limiter.acquire(key.id, limits)
+        except Refused as e:
+            raise _too_many(e.message, e) from None
+        tenant_token = None
+        if per_tenant:
+            try:
+                tenant_token = rt.limiter.acquire(tenant_slot(caller.tenant), Limits(0, per_tenant))
+            except BaseException as e:
+                with contextlib.suppress(Exception):  # it expires if this fails too
+                    rt.limiter.release(key.id, token)
+                if not isinstance(e, Refused):
+                    raise
+                raise _too_many(
+                    f"Too many concurrent requests: at most {per_tenant} at once per tenant, "
+                    "all its API keys together",
+                    e,
+                ) from None
+        held = (token, tenant_token)
         call.caller = Caller(caller.tenant, key, limits)
-    except Refused as e:
-        raise TooManyRequests(
-            e.message, headers={"Retry-After": str(e.retry_after)}, reason=e.reason
-        ) from None
-    except Exception as e:
-        # With PostgreSQL the counters are in the database: one that takes no
-        # writes (read-only, full) cannot count. Reads go on, uncounted;
-        # writes fail on their own with the storage's 503.
-        problem = storage_problem(e)
-        if problem is None:
-            raise
-        log.warning("limits not counted: %s", problem)
-        record_storage_problem(problem)
-        token = None
-    return token
+    return held
+
+
+def _too_many(message: str, refused: Refused) -> TooManyRequests:
+    return TooManyRequests(
+        message, headers={"Retry-After": str(refused.retry_after)}, reason=refused.reason
+    )
 
 
 def pay_for_embedding(
@@ -175,20 +217,15 @@ def _pay_for_windows(call: Call, field: str, windows: int, advice: str) -> None:
             f"Invalid input: {field}: its {cost}, more than the {limits.per_minute} calls a "
             f"minute this API key may make; {advice}"
         )
-    try:
-        call.runtime.limiter.charge(key.id, limits, units - 1)
-    except Refused as e:
-        raise TooManyRequests(
-            f"{e.message}; this call's {cost}",
-            headers={"Retry-After": str(e.retry_after)},
-            reason="cost",
-        ) from None
-    except Exception as e:
-        problem = storage_problem(e)
-        if problem is None:
-            raise
-        log.warning("a call's cost not counted: %s", problem)
-        record_storage_problem(problem)
+    with _unless_storage_fails("a call's cost not counted"):
+        try:
+            call.runtime.limiter.charge(key.id, limits, units - 1)
+        except Refused as e:
+            raise TooManyRequests(
+                f"{e.message}; this call's {cost}",
+                headers={"Retry-After": str(e.retry_after)},
+                reason="cost",
+            ) from None
 
 
 @middleware()
@@ -206,14 +243,8 @@ def record_use(call: Call) -> None:
     # to write, and nothing to look up.
     if keys.needs_use_recorded(key, now, resolution_ms) and not ex.key_used:
         ex.key_used = True
-        try:
+        with _unless_storage_fails("lastUsedAt not recorded"):
             keys.record_use(call.store(), key, now, resolution_ms)
-        except Exception as e:
-            problem = storage_problem(e)
-            if problem is None:
-                raise
-            log.warning("lastUsedAt not recorded: %s", problem)
-            record_storage_problem(problem)
 
 
 def _verify_bearer(call: Call) -> Caller:

@@ -11,6 +11,7 @@ import requests
 
 from tests.support import texts
 from tests.support.fake_provider import FakeProvider
+from tests.support.held_calls import held_calls_of_one_tenant
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +57,7 @@ def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
             **provider.settings,
         )
         try:
-            busy, other = server.create_key("t", "busy"), server.create_key("t", "other")
+            busy, other = server.create_key("t", "busy"), server.create_key("t2", "other")
 
             def add(key, marker, i):
                 resp = requests.post(
@@ -78,7 +79,7 @@ def test_never_more_than_10_calls_of_a_key_execute_at_once(tmp_path):
                         refused += 1
                         if refused == 20:
                             break
-                    # Another key of the same tenant is not held up meanwhile.
+                    # Another tenant's key is not held up meanwhile.
                     assert pool.submit(add, other, "other", 0).result() == 200
                     # Every admitted call reaches the provider and waits there (an
                     # admitted call may still be on its way when the last refusal
@@ -132,3 +133,23 @@ def test_long_texts_count_by_their_cost_on_every_worker_together(tmp_path):
         assert 4 * added + len(for_cost) + more == 20
     finally:
         server.stop()
+
+
+def test_a_tenants_keys_together_execute_no_more_than_its_limit(tmp_path):
+    # Three keys, each with room for 10 at once; their tenant has room for 6.
+    held = threading.Event()
+    with FakeProvider(gates={"busy": held}, delay=0.1) as provider:
+        server = start_server(
+            tmp_path,
+            WEB_CONCURRENCY="4",
+            MEMSVC_THREADS="8",
+            MEMSVC_TENANT_CONCURRENCY_LIMIT="6",
+            MEMSVC_EMBEDDING_MAX_CONCURRENCY="7",
+            **provider.settings,
+        )
+        try:
+            keys = [server.create_key("t", f"key {i}") for i in range(3)]
+            other = server.create_key("t2", "other")
+            held_calls_of_one_tenant([server], keys, other, provider, held, admitted=6)
+        finally:
+            server.stop()

@@ -19,6 +19,7 @@ import requests
 from tests.support import figures
 from tests.support import postgres
 from tests.support.fake_provider import FakeProvider
+from tests.support.held_calls import held_calls_of_one_tenant
 from tests.support.servers import start_server
 
 pytestmark = pytest.mark.e2e
@@ -154,6 +155,27 @@ def test_ten_concurrent_calls_spread_over_two_servers_admit_no_eleventh(tmp_path
                 "postgres: 30 concurrent adds of one key over 2 servers: 10 admitted, 20 refused "
                 f"429 at once; at most {provider.peak['busy']} at the provider together"
             )
+        finally:
+            a.stop()
+            b.stop()
+
+
+def test_a_tenants_keys_together_execute_no_more_than_its_limit_over_two_servers(
+    tmp_path, database
+):
+    held = threading.Event()
+    with FakeProvider(gates={"busy": held}) as provider:
+        a, b = two_servers(
+            tmp_path,
+            database,
+            MEMSVC_TENANT_CONCURRENCY_LIMIT="6",
+            MEMSVC_EMBEDDING_MAX_CONCURRENCY="7",
+            **provider.settings,
+        )
+        try:
+            keys = [a.create_key("acme", f"key {i}") for i in range(3)]
+            other = b.create_key("other-tenant", "other")
+            held_calls_of_one_tenant([a, b], keys, other, provider, held, admitted=6)
         finally:
             a.stop()
             b.stop()
