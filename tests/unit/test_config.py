@@ -111,7 +111,10 @@ def test_an_unknown_environment_variable_is_named_with_the_closest_setting(
         ("MEMSVC_EMBEDING_MODEL", ["MEMSVC_EMBEDDING_MODEL"]),
         ("MEMSVC_SQLITE_SYNCRONOUS", ["MEMSVC_SQLITE_SYNCHRONOUS"]),
         # Every word of two settings' names: both, the one spelt nearer first.
-        ("MEMSVC_CONCURENCY_LIMIT", ["MEMSVC_CONCURRENCY_LIMIT", "MEMSVC_TENANT_CONCURRENCY_LIMIT"]),
+        (
+            "MEMSVC_CONCURENCY_LIMIT",
+            ["MEMSVC_CONCURRENCY_LIMIT", "MEMSVC_TENANT_CONCURRENCY_LIMIT"],
+        ),
         ("MEMSVC_MAX_CONTENT_CHAR", ["MEMSVC_MAX_CONTENT_CHARS"]),
         ("MEMSVC_LOG_URLS", ["MEMSVC_LOG_FULL_URLS"]),
         # The setting's other name, and words for its words.
