@@ -81,20 +81,31 @@ def check_address_free(address: str) -> None:
             raise ConfigError(f"MEMSVC_BIND {address!r} cannot be used: {e.strerror}") from None
 
 
-def thread_warning(workers: int, threads: int, concurrency_limit: int) -> str | None:
-    """A warning when one API key at its concurrency limit could occupy every thread."""
-    if concurrency_limit and workers * threads <= concurrency_limit:
-        return (
-            f"memsvc: warning: {workers} worker(s) x {threads} threads = {workers * threads} "
-            f"threads, not above MEMSVC_CONCURRENCY_LIMIT ({concurrency_limit}): one API key "
-            "at its limit can keep every other caller waiting; raise MEMSVC_THREADS or "
-            "WEB_CONCURRENCY, or lower MEMSVC_CONCURRENCY_LIMIT"
-        )
+def thread_warning(
+    workers: int, threads: int, concurrency_limit: int, tenant_limit: int = 0
+) -> str | None:
+    """A warning when one API key, or one tenant, at its concurrency limit could occupy every
+    thread."""
+    for setting, limit, who in (
+        ("MEMSVC_CONCURRENCY_LIMIT", concurrency_limit, "one API key"),
+        ("MEMSVC_TENANT_CONCURRENCY_LIMIT", tenant_limit, "one tenant"),
+    ):
+        if limit and workers * threads <= limit:
+            return (
+                f"memsvc: warning: {workers} worker(s) x {threads} threads = {workers * threads} "
+                f"threads, not above {setting} ({limit}): {who} at its limit can keep every "
+                f"other caller waiting; raise MEMSVC_THREADS or WEB_CONCURRENCY, or lower {setting}"
+            )
     return None
 
 
 def on_starting(server: t.Any) -> None:
-    warning = thread_warning(server.cfg.workers, server.cfg.threads, _values["CONCURRENCY_LIMIT"])
+    warning = thread_warning(
+        server.cfg.workers,
+        server.cfg.threads,
+        _values["CONCURRENCY_LIMIT"],
+        _values["TENANT_CONCURRENCY_LIMIT"],
+    )
     if warning:
         server.log.warning(warning)
     try:

@@ -226,3 +226,13 @@ def test_a_database_urls_password_is_never_shown():
     assert database_shown("postgresql:///memsvc?host=/run/postgresql") == (
         "postgresql:///memsvc?host=/run/postgresql"
     )
+
+
+def test_too_few_threads_for_a_tenants_concurrency_limit_is_warned_of():
+    from memsvc.serving.config import thread_warning
+
+    assert thread_warning(2, 8, 10, 10) is None
+    assert "MEMSVC_CONCURRENCY_LIMIT (10)" in (thread_warning(1, 6, 10, 10) or "")
+    warning = thread_warning(2, 8, 10, 16) or ""
+    assert "not above MEMSVC_TENANT_CONCURRENCY_LIMIT (16): one tenant at its limit" in warning
+    assert thread_warning(2, 8, 10, 0) is None  # no limit per tenant: the operator's choice
