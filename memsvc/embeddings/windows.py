@@ -18,7 +18,9 @@ window is halved and tried again.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import re
+import threading
 import typing as t
 
 import numpy as np
@@ -30,6 +32,20 @@ from .base import InputTooLong
 _MAX_SPLITS = 4
 #: A provider that finds a text shorter than this too long is not asked again.
 _MIN_SPLIT_CHARS = 200
+
+#: Windows a call may embed without waiting its turn (one call's worth of
+#: MEMSVC_RATE_LIMIT_WINDOWS_PER_CALL by default).
+LONG_WINDOWS = 16
+#: A worker embeds one long text at a time: CPU for long texts is then one
+#: thread's per worker whoever sends them, and a short text (a query, the
+#: usual memory) never waits behind them. Without it, one tenant's ten long
+#: texts at once shared the cores with another's queries ten to one.
+_long_texts = threading.Lock()
+
+
+def _turn(windows: int) -> t.ContextManager[t.Any]:
+    """Wait for the worker's turn to embed ``windows`` windows, if they are many."""
+    return _long_texts if windows > LONG_WINDOWS else contextlib.nullcontext()
 
 
 def needed(embedder: Embedder, text: str, *, query: bool = False) -> int:
@@ -60,7 +76,8 @@ def document_vectors(embedder: Embedder, texts: t.Sequence[str]) -> list[np.ndar
     solo = [alone and len(w) > 1 and w[0] == text for text, w in zip(texts, pieces, strict=True)]
     flat = [w for windows, s in zip(pieces, solo, strict=True) for w in windows[s:]]
     try:
-        vectors = embedder.embed(flat)
+        with _turn(len(flat)):
+            vectors = embedder.embed(flat)
     except InputTooLong:
         if all(len(w) < _MIN_SPLIT_CHARS for w in flat):
             raise

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+import time
+
 import numpy as np
 import pytest
 
 from memsvc.embeddings import InputTooLong
+from memsvc.embeddings.windows import LONG_WINDOWS
 from memsvc.embeddings.windows import char_windows
 from memsvc.embeddings.windows import document_vectors
 from memsvc.embeddings.windows import query_vector
@@ -134,3 +139,45 @@ def test_a_query_repeating_a_memorys_text_is_one_of_its_vectors(local_embedder):
         assert float((stored @ query).max()) == pytest.approx(1.0, abs=1e-6), text[:40]
     [long_vectors] = document_vectors(local_embedder, [medium * 12])
     assert len(long_vectors) == len(local_embedder.windows(medium * 12)) + 1  # and their mean
+
+
+class GatedEmbedder(HashEmbedder):
+    """Counts the embed calls under way at once; calls of many texts wait for ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+
+    def windows(self, text: str) -> list[str]:
+        words = text.split()
+        return [text] if len(words) == 1 else words
+
+    def embed(self, texts):
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            if len(texts) > LONG_WINDOWS:
+                assert self.gate.wait(10)
+            return super().embed(texts)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_worker_embeds_one_long_text_at_a_time_and_short_ones_never_wait():
+    embedder = GatedEmbedder()
+    long_texts = [" ".join(f"w{n}x{i}" for i in range(LONG_WINDOWS + 1)) for n in range(3)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        waiting = [pool.submit(document_vectors, embedder, [text]) for text in long_texts]
+        time.sleep(0.2)
+        assert embedder.now == 1  # one long text embedding, two waiting their turn
+        # A short text (and a query) meanwhile: not held up.
+        assert len(pool.submit(document_vectors, embedder, ["short"]).result(timeout=5)) == 1
+        assert pool.submit(query_vector, embedder, "question").result(timeout=5).shape == (16,)
+        embedder.gate.set()
+        for future in waiting:
+            assert len(future.result(timeout=10)[0]) == LONG_WINDOWS + 2  # and their mean
+    assert embedder.now == 0
