@@ -124,7 +124,7 @@ def serving(proc: subprocess.Popen, url: str, deadline: float, output: t.Callabl
         try:
             if requests.get(url, timeout=2).status_code == 200:
                 return True
-        except requests.ConnectionError:
-            pass
+        except (requests.ConnectionError, requests.Timeout):
+            pass  # not listening yet, or too busy starting to answer within 2 s
         time.sleep(0.1)
     return False
