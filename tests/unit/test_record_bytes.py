@@ -114,5 +114,6 @@ def test_an_export_line_holds_an_api_key_in_this_order():
         '"keyId":"key_0123456789abcdef","name":"staging","secretHash":'
         '"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",'
         '"createdAt":"2026-11-22T11:24:03.116Z","lastUsedAt":null,'
-        '"revokedAt":"2026-11-22T11:25:03.116Z","rateLimit":5,"concurrencyLimit":null}}\n'
+        '"revokedAt":"2026-11-22T11:25:03.116Z","rateLimit":5,"concurrencyLimit":null,'
+        '"rateCeiling":null,"concurrencyCeiling":null}}\n'
     )
