@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
+from .. import dates
 from ..models import DateSpan
 from ..models import Moment
 
+#: At most this many of a text's dates are kept (the first ones): a long text
+#: dense with dates would otherwise carry thousands, and answer with them.
+MAX_DATES = 50
+
 
 def dates_of(text: str, when: Moment) -> tuple[DateSpan, ...] | None:
-    """The time expressions of ``text`` resolved against ``when``, in its own offset; None: none."""
-    return None
+    """The time expressions of ``text`` resolved against ``when``, in its own offset; None: none.
+
+    A time given in UTC (or not given: the time of a call) is read in UTC.
+    """
+    zone = dt.timezone(dt.timedelta(minutes=when.offset or 0))
+    reference = dt.datetime.fromtimestamp(when.ms / 1000, zone)
+    found = dates.find_dates(text, reference)[:MAX_DATES]
+    if not found:
+        return None
+    return tuple(DateSpan(d.text, d.start.isoformat(), d.end.isoformat()) for d in found)

@@ -6,7 +6,8 @@ server's settings in the environment and ``http://127.0.0.1:8000`` pointing
 at the test server. A ``js`` block that starts with ``// <file>: ...`` is
 saved as that file first. A block's output must match the ``json`` (or
 plain) block right after it, once ids, secrets and times are masked and
-numbers compared within 0.02 (int8 inference differs a little between CPUs). A block preceded by
+numbers compared within 0.02 (int8 inference differs a little between CPUs); a
+memory's dates are masked too (resolved against the day of the run). A block preceded by
 ``<!-- not run -->`` is not run.
 """
 
@@ -32,6 +33,8 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.S | re.M)
 MASKS = [
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"), "<time>"),
+    # A memory's dates are resolved against the day it is stored.
+    (re.compile(r'"(start|end)":"\d{4}-\d\d-\d\d"'), r'"\1":"<date>"'),
     (re.compile(r"sk_memsvc_[0-9a-f]{64}"), "<secret>"),
     (re.compile(r"key_[0-9a-f]{16}"), "<key-id>"),
     (re.compile(r'"timestamp":\d+'), '"timestamp":0'),

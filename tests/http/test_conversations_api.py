@@ -408,3 +408,47 @@ def test_context_is_bounded(client, auth):
         "context: must be between 0 and 10"
         in assert_error(resp, 400, "BAD_REQUEST", "memory.search")["message"]
     )
+
+
+# -- dates in text ----------------------------------------------------------------------
+
+
+def test_dates_are_resolved_against_each_memorys_own_time(client, auth):
+    out = ingest(
+        client,
+        auth,
+        [{"role": "user", "content": "We got back from Porto yesterday.",
+          "at": "2023-05-08T23:30:00-07:00"},
+         {"role": "user", "content": "No dates here."}],
+    )  # fmt: skip
+    first, second = out["memories"]
+    # Late evening of 8 May where it was said: yesterday is 7 May, though it is 9 May in UTC.
+    assert first["dates"] == [{"text": "yesterday", "start": "2023-05-07", "end": "2023-05-07"}]
+    assert "dates" not in second
+    m = data(
+        mutate(
+            client,
+            "memory.add",
+            {"userId": "alice", "content": "Her exam is next month",
+             "occurredAt": "2024-01-15T09:00:00Z"},
+            headers=auth,
+        )
+    )  # fmt: skip
+    assert m["dates"] == [{"text": "next month", "start": "2024-02-01", "end": "2024-02-29"}]
+    # A new time moves them; new text finds them again; text without any clears them.
+    moved = data(
+        mutate(
+            client, "memory.update", {"id": m["id"], "occurredAt": "2024-11-02T09:00:00Z"},
+            headers=auth,
+        )
+    )  # fmt: skip
+    assert moved["dates"] == [{"text": "next month", "start": "2024-12-01", "end": "2024-12-31"}]
+    changed = data(
+        mutate(client, "memory.update", {"id": m["id"], "content": "Exam on 3 March"},
+               headers=auth)
+    )  # fmt: skip
+    assert changed["dates"] == [{"text": "3 March", "start": "2024-03-03", "end": "2024-03-03"}]
+    cleared = data(
+        mutate(client, "memory.update", {"id": m["id"], "content": "No exam"}, headers=auth)
+    )
+    assert "dates" not in cleared
