@@ -49,6 +49,9 @@ def server_settings(provider: FakeProvider) -> dict[str, str]:
         "MEMSVC_THREADS": "4",
         "MEMSVC_RATE_LIMIT_PER_MINUTE": "0",
         "MEMSVC_CONCURRENCY_LIMIT": "0",
+        # Sixteen threads share two tenants: the per-tenant bound would
+        # refuse some (429, by design); this test is about losing nothing.
+        "MEMSVC_TENANT_CONCURRENCY_LIMIT": "0",
         **provider.settings,
     }
 

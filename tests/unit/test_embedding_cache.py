@@ -137,9 +137,12 @@ def test_threads_sharing_a_cache_get_the_right_vectors(counting, local_embedder)
                 batch = [texts[i] for i in rng.integers(0, len(texts), 3)]
                 for text, vector in zip(batch, cached.embed(batch), strict=True):
                     # Not equal: int8 vectors move a little with batch-mates
-                    # (see INT8_BATCH_MIN_COSINE); another text's vector
-                    # would score below 0.9.
-                    assert (vector * expected[text]).sum() > 0.98, text
+                    # (see INT8_BATCH_MIN_COSINE), by more on some CPUs than
+                    # the nearest other text is away; so the test is that the
+                    # vector is still closest to its own text's of all twelve.
+                    scores = {t: float((vector * v).sum()) for t, v in expected.items()}
+                    assert max(scores, key=scores.__getitem__) == text, (text, scores)
+                    assert scores[text] > 0.95, text
         except BaseException as e:  # reported below, in the test's thread
             errors.append(e)
 
