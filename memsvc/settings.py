@@ -280,6 +280,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Largest `metadata`, as compact JSON.", "Limits"),
     _S("MAX_METADATA_DEPTH", 32, positive_int, "a positive whole number",
        "Deepest `metadata` nesting.", "Limits"),
+    _S("MAX_FILTER_SCAN_BYTES", 32 * 1024 * 1024, _int_range(65_536, 4 * 1024**3),
+       "a whole number of bytes from 65536", "Most bytes of stored metadata one call's "
+       "`filter` may read; past it the call answers `400`.", "Limits"),
     _S("MAX_RESPONSE_BYTES", 32 * 1024 * 1024, _int_range(65_536, 4 * 1024**3),
        "a whole number of bytes from 65536",
        "Most bytes of answers one request may produce, batch calls together; a call past it "

@@ -34,7 +34,6 @@ similarity is its exact cosine and the threshold a floor on it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing as t
 
 import numpy as np
@@ -55,6 +54,7 @@ from .exact import rank
 from .exact import scan_complete
 from .exact import similarities
 from .filters import Filter
+from .filters import MetadataBudget
 from .keyword import hybrid_score
 
 __all__ = ["MODES", "Scope", "SearchCache", "nearest", "search"]
@@ -72,6 +72,8 @@ class Scope:
     #: Exclusive bounds on ``createdAt`` (epoch ms).
     created_after: int | None = None
     created_before: int | None = None
+    #: What the call's filter may read of metadata (each call has its own).
+    budget: MetadataBudget = dataclasses.field(default_factory=MetadataBudget, compare=False)
 
     def admits(self, entry: Entry) -> bool:
         """Whether one memory qualifies (the uncached path)."""
@@ -81,7 +83,9 @@ class Scope:
             return False
         if self.created_before is not None and entry.created_at >= self.created_before:
             return False
-        return not self.filter or self.filter.matches(json.loads(entry.metadata))
+        return (
+            not self.filter or self.filter.parse_if_matches(entry.metadata, self.budget) is not None
+        )
 
     def mask(self, snap: Snapshot) -> np.ndarray:
         """Which memories of a cached user qualify, as a boolean array over ``[:m]``."""
@@ -94,7 +98,7 @@ class Scope:
         if self.created_before is not None:
             out &= created < self.created_before
         if self.filter:
-            out &= self.filter.mask(snap.columns)
+            out &= snap.columns.mask(self.filter, self.budget)
         return out
 
 

@@ -68,8 +68,8 @@ from ..store import Entry
 from ..store import Store
 from ..store import UserState
 from . import shared
-from .filters import DEFAULT_BUDGET
-from .filters import Columns
+from .columns import DEFAULT_BUDGET
+from .columns import Columns
 
 log = logging.getLogger(__name__)
 

@@ -47,20 +47,18 @@ KEY_COLUMNS = (
 ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
 
 
-def memory_of(row: t.Sequence[t.Any]) -> Memory:
-    """A :class:`Memory` from a row of :data:`MEMORY_COLUMNS`."""
+def memory_of(row: t.Sequence[t.Any], metadata: dict[str, t.Any] | None = None) -> Memory:
+    """A :class:`Memory` from a row of :data:`MEMORY_COLUMNS` (and its ``metadata``, if parsed)."""
+    if metadata is None:
+        # Most memories carry no metadata: no parse for those.
+        metadata = {} if row[4] == "{}" else json.loads(row[4])
     if row[9] is None and row[10] is None and row[17] is None:
         # An ordinary memory (no kind, time or dates): the fields every memory has.
         return Memory(
-            row[0], row[1], row[2], row[3],
-            # Most memories carry no metadata: no parse for those.
-            {} if row[4] == "{}" else json.loads(row[4]),
-            row[5], row[6], row[7], row[8],
+            row[0], row[1], row[2], row[3], metadata, row[5], row[6], row[7], row[8]
         )  # fmt: skip
     return Memory(
-        row[0], row[1], row[2], row[3],
-        {} if row[4] == "{}" else json.loads(row[4]),
-        row[5], row[6], row[7], row[8],
+        row[0], row[1], row[2], row[3], metadata, row[5], row[6], row[7], row[8],
         kind=row[9],
         occurred_at=row[10],
         offset=row[11],
@@ -286,12 +284,15 @@ class Store(abc.ABC):
         created_after: int | None = None,
         created_before: int | None = None,
         selection: Selection | None = None,
+        admit: t.Callable[[str], dict[str, t.Any] | None] | None = None,
     ) -> t.Iterator[tuple[int, Memory]]:
         """A user's visible memories newest first, from just after ``before`` on.
 
         ``before`` is the ``(created_at, seq)`` of the last memory already
         seen; only those ``selection`` admits (None: all but superseded facts).
-        Rows stream: the caller stops when it has enough.
+        ``admit``: given each memory's metadata JSON text, its metadata
+        parsed, or None to leave the memory out (a filter, parsing each text
+        once). Rows stream: the caller stops when it has enough.
         """
 
     @abc.abstractmethod

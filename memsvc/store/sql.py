@@ -510,6 +510,7 @@ class SqlStore(ConversationSql, Store):
         created_after: int | None = None,
         created_before: int | None = None,
         selection: Selection | None = None,
+        admit: t.Callable[[str], dict[str, t.Any] | None] | None = None,
     ) -> t.Iterator[tuple[int, Memory]]:
         where = [f"tenant = ? AND user_id = ? AND {VISIBLE}"]
         params: list[t.Any] = [tenant, user_id, now]
@@ -531,7 +532,12 @@ class SqlStore(ConversationSql, Store):
             "ORDER BY created_at DESC, seq DESC",
             params,
         ):
-            yield row[0], memory_of(row[1:])
+            if admit is None:
+                yield row[0], memory_of(row[1:])
+                continue
+            metadata = admit(row[5])
+            if metadata is not None:
+                yield row[0], memory_of(row[1:], metadata)
 
     def _where_owner(self, tenant: str | None, user_id: str | None) -> tuple[str, list[t.Any]]:
         where, params = [], []
