@@ -57,6 +57,7 @@ import functools
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import typing as t
@@ -81,6 +82,8 @@ DEFAULT_SHARE_MIN_BYTES = 4 * 2**20
 # A view publishes a new file once the vectors it holds privately are this
 # share of the file's (or the user's rows dead in it are _MAX_DEAD).
 _MAX_PRIVATE = 1 / 16
+# A load that read more than this (metadata and vectors) gives the C heap's free pages back.
+_TRIM_AFTER = 2**20
 
 
 class Records:
@@ -89,11 +92,14 @@ class Records:
     The user's counters unchanged, none of their memories changed: a
     search that finds them unchanged answers with these instead of reading
     the same rows again. Bounded; a new state starts a new snapshot, and
-    with it an empty set.
+    with it an empty set. A memory whose metadata has more than
+    :data:`MAX_NODES` values is not kept (read again when answered): what
+    one holds is counted by walking it, and the walk is bounded.
     """
 
     MAX_MEMORIES = 1024
     MAX_BYTES = 2**20
+    MAX_NODES = 512
 
     __slots__ = ("found", "nbytes")
 
@@ -108,19 +114,67 @@ class Records:
             if len(self.found) >= self.MAX_MEMORIES or self.nbytes >= self.MAX_BYTES:
                 break
             if seq not in self.found:
+                size = record_bytes(memory, self.MAX_NODES)
+                if size is None:
+                    continue
                 self.found[seq] = memory
-                self.nbytes += _record_bytes(memory)
+                self.nbytes += size
                 kept = True
         return kept
 
 
-def _record_bytes(memory: Memory) -> int:
-    """About what a kept memory takes: its text, and the rest of its record."""
+#: What a memory the API answered keeps beside it: its JSON text's entry in
+#: :mod:`memsvc.wire`'s table (a weak reference, its callback, a tuple, a slot).
+_ANSWERED_BYTES = 300
+
+
+def record_bytes(memory: Memory, max_nodes: int) -> int | None:
+    """What a kept memory holds: its object and strings, its metadata's objects, and the JSON
+    text of it the API keeps while it lives; None if its metadata has over ``max_nodes`` values."""
+    metadata = held_bytes(memory.metadata, max_nodes)
+    if metadata is None:
+        return None
+    held, text = metadata
+    strings = (memory.id, memory.tenant, memory.user_id, memory.content)
+    # Its JSON text: the content, the metadata, and about 250 bytes of ids and times.
+    answer = sys.getsizeof("") + len(memory.content) + text + 250
     return (
-        4 * len(memory.content)
-        + 400
-        + (0 if not memory.metadata else 4 * len(str(memory.metadata)))
-    )
+        sys.getsizeof(memory) + sum(sys.getsizeof(s) for s in strings) + held + answer
+        + _ANSWERED_BYTES
+    )  # fmt: skip
+
+
+def held_bytes(value: t.Any, max_nodes: int) -> tuple[int, int] | None:
+    """What a parsed JSON value holds (its objects) and about how long its JSON text is;
+    None if it has more than ``max_nodes`` values."""
+    held = text = 0
+    stack = [value]
+    nodes = 0
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if nodes > max_nodes:
+            return None
+        if isinstance(node, dict):
+            held += sys.getsizeof(node)
+            text += 2 + len(node)
+            for key, item in node.items():
+                held += sys.getsizeof(key)
+                text += len(key) + 3
+                stack.append(item)
+        elif isinstance(node, list):
+            held += sys.getsizeof(node)
+            text += 2 + len(node)
+            stack.extend(node)
+        elif isinstance(node, str):
+            held += sys.getsizeof(node)
+            text += len(node) + 2
+        elif node is None or isinstance(node, bool):
+            text += 5
+        else:  # a number
+            held += sys.getsizeof(node)
+            text += 12
+    return held, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,7 +443,10 @@ class SearchCache:
         one searches again. Snapshot files holding vectors of deleted
         memories are rewritten without them, those of erased users (or of
         vectors replaced) removed, with temporary files of writers killed
-        half way; views of files replaced or removed are dropped.
+        half way; views of files replaced or removed are dropped. Then the
+        C heap's free pages go back to the system: what searches read and
+        let go of (rows, parsed metadata) does not stay in the worker's
+        memory, which is then what the cache counts and little more.
         """
         if self.files is not None:
             self._sweep(store)
@@ -402,6 +459,7 @@ class SearchCache:
                 if gone or store.user_state(*key) != snap.state:
                     self._put(key, None)
                     dropped += 1
+        _release_free_memory()
         return dropped
 
     def users(self) -> int:
@@ -460,8 +518,13 @@ class SearchCache:
         if rows * self.row_bytes > self.max_bytes:
             return None
         if not self._shares(tenant, user_id, rows):
-            return load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
+            snap = load(store, tenant, user_id, state, self.row_bytes, None, self.column_budget,
                         entries=entries)  # fmt: skip
+            if snap is not None and snap.metadata_bytes + rows * self.row_bytes > _TRIM_AFTER:
+                # The listing's buffers (PostgreSQL's result, whole) go back to the system.
+                del entries
+                _release_free_memory()
+            return snap
         assert self.files is not None
         path = self.files.file_of(tenant, user_id)
         snap = self._attach(store, tenant, user_id, state, entries, path)
@@ -960,8 +1023,14 @@ def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
 
 
 def _text_bytes(texts: t.Iterable[str]) -> int:
-    """Memory held by metadata texts, roughly: a str object's overhead is ~50 bytes."""
-    return sum(len(text) + 50 for text in texts)
+    """Memory held by metadata texts: each distinct object once, and a slot in two lists (the
+    snapshot's and its columns')."""
+    distinct: dict[int, str] = {}
+    slots = 0
+    for text in texts:
+        distinct[id(text)] = text
+        slots += 1
+    return sum(sys.getsizeof(text) for text in distinct.values()) + 16 * slots
 
 
 def _grow(array: np.ndarray, n: int, capacity: int, width: int | None = None) -> np.ndarray:
