@@ -312,9 +312,11 @@ SETTINGS: tuple[Setting, ...] = (
        "their caller gives none); measure it with `make eval`. By default the measured one of "
        "the bundled models.", "Search", shown_default="measured"),
     _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
-       "Per worker: embeddings of recent search queries kept, least recently used dropped "
-       "first; agents often ask the same question again (0: off). Tenants never share an "
-       "entry, so a query is as slow for one tenant as if no other had asked it.", "Search"),
+       "Per worker and tenant: embeddings of recent search queries kept, the tenant's least "
+       "recently used dropped first; agents often ask the same question again (0: off). "
+       "Tenants never share an entry nor evict each other's, so a query is as slow for one "
+       "tenant as if no other had asked it, and stays as fast however many others ask; a "
+       "tenant's entries go after 15 minutes without a search.", "Search"),
     _S("MAINTENANCE_SECONDS", 30, _int_range(1, 3600), "a whole number of seconds from 1 to 3600",
        "How often each worker removes expired memories for good and drops cached vectors of "
        "users whose memories changed.", "Storage"),
