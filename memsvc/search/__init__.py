@@ -43,8 +43,8 @@ from ..models import Memory
 from ..models import ScoredMemory
 from ..observability import metrics
 from ..store import Entry
-from ..store import Store
 from ..store import UserState
+from ..store import VectorSource
 from . import cache as cache_module
 from . import keyword as keyword_module
 from .cache import SearchCache
@@ -103,7 +103,7 @@ class Scope:
 
 
 def nearest(
-    store: Store,
+    store: VectorSource,
     cache: SearchCache | None,
     tenant: str,
     user_id: str,
@@ -133,7 +133,7 @@ SCAN_FIRST_FLOATS = 1 << 20
 
 #: Candidates beyond ``k`` up to which a store that reads ahead is asked for
 #: all the scan's candidates it lacks while they are ranked
-#: (:meth:`Store.memories_ahead`): a few more rows read, for a round trip
+#: (:meth:`VectorSource.memories_ahead`): a few more rows read, for a round trip
 #: under way meanwhile. Past that (a threshold of 0 can make every memory a
 #: candidate), it reads the winners it lacks once they are known. A winner
 #: not asked for ahead (rare: a float32 near-tie) is read after, again.
@@ -141,7 +141,7 @@ AHEAD_CANDIDATES = 16
 
 
 def _from_cache(
-    store: Store,
+    store: VectorSource,
     cache: SearchCache | None,
     tenant: str,
     user_id: str,
@@ -153,7 +153,7 @@ def _from_cache(
     """:func:`nearest` from the user's cached snapshot, if it is current; else None.
 
     The snapshot is scanned first, then the user's counters and the winning
-    memories are read at one instant (:meth:`Store.memories_if_current`):
+    memories are read at one instant (:meth:`VectorSource.memories_if_current`):
     the counters unchanged, the answer is the one a read transaction would
     give, for one read of the store instead of two in a transaction (one
     round trip to PostgreSQL instead of four). Winners an earlier search
@@ -163,7 +163,7 @@ def _from_cache(
     snapshot up to date. Only for users small enough (:data:`SCAN_FIRST_FLOATS`).
     A store that reads ahead (PostgreSQL) is asked for the counters and the
     candidates it lacks as soon as the scan has them, and answers once they
-    are ranked (:meth:`Store.memories_ahead`).
+    are ranked (:meth:`VectorSource.memories_ahead`).
     """
     snap = cache.peek(tenant, user_id) if cache is not None else None
     if (
@@ -238,7 +238,7 @@ class _Keep:
 
 
 def _memories(
-    store: Store,
+    store: VectorSource,
     hits: list[_Hit],
     *,
     keep: _Keep | None = None,
@@ -261,7 +261,7 @@ def _memories(
 
 
 def _semantic(
-    store: Store,
+    store: VectorSource,
     cache: SearchCache | None,
     tenant: str,
     user_id: str,
@@ -320,7 +320,7 @@ def _rank(
 
 
 def _knn(
-    store: Store,
+    store: VectorSource,
     tenant: str,
     user_id: str,
     state: UserState,
@@ -377,7 +377,7 @@ def _knn(
 
 
 def search(
-    store: Store,
+    store: VectorSource,
     cache: SearchCache | None,
     tenant: str,
     user_id: str,
@@ -445,7 +445,7 @@ def search(
 
 
 def _keyword(
-    store: Store,
+    store: VectorSource,
     tenant: str,
     user_id: str,
     query: np.ndarray,
@@ -490,7 +490,7 @@ def _keyword(
 
 
 def _snapshot(
-    store: Store, cache: SearchCache | None, tenant: str, user_id: str
+    store: VectorSource, cache: SearchCache | None, tenant: str, user_id: str
 ) -> Snapshot | None:
     """The user's cached snapshot, current in this read transaction; None without one."""
     if cache is None:
@@ -500,7 +500,7 @@ def _snapshot(
 
 
 def _cosines(
-    store: Store,
+    store: VectorSource,
     tenant: str,
     user_id: str,
     entries: list[Entry],

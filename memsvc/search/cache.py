@@ -13,7 +13,7 @@ page cache, whatever the number of workers; a view then holds privately only
 the vectors the file lacks (written since it was published), and publishes
 a new file once those are a sixteenth of the file. The worker that finds no
 file writes the first one straight from the store, a block at a time
-(:meth:`memsvc.store.Store.vector_blocks`): no worker ever holds the whole
+(:meth:`memsvc.store.VectorSource.vector_blocks`): no worker ever holds the whole
 matrix, not even while loading it. Small users stay
 in-process because a file costs a create, a write and two flushes to disk,
 and thousands of tiny files, for a copy that costs each worker little.
@@ -65,9 +65,10 @@ import typing as t
 import numpy as np
 
 from ..models import Memory
+from ..store import Entries
 from ..store import Entry
-from ..store import Store
 from ..store import UserState
+from ..store import VectorSource
 from . import shared
 from .columns import DEFAULT_BUDGET
 from .columns import Columns
@@ -383,7 +384,9 @@ class SearchCache:
         """What one user's filter columns may keep: an eighth of the cache."""
         return self.max_bytes // 8
 
-    def current(self, store: Store, tenant: str, user_id: str, state: UserState) -> Snapshot | None:
+    def current(
+        self, store: VectorSource, tenant: str, user_id: str, state: UserState
+    ) -> Snapshot | None:
         """The user's snapshot as of ``state``, refreshed if needed; None: not cached.
 
         Call inside the read transaction that read ``state``. None when the
@@ -435,7 +438,7 @@ class SearchCache:
         if self.files is not None and shared.fits(tenant, user_id):
             self.files.remove(self.files.file_of(tenant, user_id))
 
-    def prune(self, store: Store) -> int:
+    def prune(self, store: VectorSource) -> int:
         """Drop every cached user whose memories changed since cached; returns how many.
 
         Run now and then (memsvc does, every few seconds per worker), so
@@ -469,7 +472,7 @@ class SearchCache:
 
     def _refresh(
         self,
-        store: Store,
+        store: VectorSource,
         tenant: str,
         user_id: str,
         state: UserState,
@@ -512,7 +515,9 @@ class SearchCache:
             and shared.fits(tenant, user_id)
         )
 
-    def _load(self, store: Store, tenant: str, user_id: str, state: UserState) -> Snapshot | None:
+    def _load(
+        self, store: VectorSource, tenant: str, user_id: str, state: UserState
+    ) -> Snapshot | None:
         entries = store.entries(tenant, user_id)
         rows = sum(e.windows for e in entries)
         if rows * self.row_bytes > self.max_bytes:
@@ -547,17 +552,17 @@ class SearchCache:
 
     def _first_file(
         self,
-        store: Store,
+        store: VectorSource,
         tenant: str,
         user_id: str,
         state: UserState,
-        entries: list[Entry],
+        entries: Entries | list[Entry],
         path: str,
     ) -> Snapshot | None:
         """Write the user's file straight from the store and map it; None if it cannot be.
 
         The vectors go from the store to the file a block at a time
-        (:meth:`Store.vector_blocks`): this worker never holds the user's
+        (:meth:`VectorSource.vector_blocks`): this worker never holds the user's
         matrix, only a block or two of it (8 MB each).
         """
         assert self.files is not None
@@ -604,11 +609,11 @@ class SearchCache:
 
     def _attach(
         self,
-        store: Store,
+        store: VectorSource,
         tenant: str,
         user_id: str,
         state: UserState,
-        entries: list[Entry],
+        entries: Entries | list[Entry],
         path: str,
     ) -> Snapshot | None:
         """A view over the user's published file, if there is a usable one."""
@@ -661,7 +666,7 @@ class SearchCache:
             assert self.files is not None
             self.files.touch(path)
 
-    def _sweep(self, store: Store) -> None:
+    def _sweep(self, store: VectorSource) -> None:
         """One worker at a time: no file keeps what was erased; temporary leftovers go."""
         assert self.files is not None
         with _exclusive(self.files.path) as mine:
@@ -672,7 +677,7 @@ class SearchCache:
                 self._sweep_file(store, path)
             self.files.fit()
 
-    def _sweep_file(self, store: Store, path: str) -> None:
+    def _sweep_file(self, store: VectorSource, path: str) -> None:
         assert self.files is not None
         checked = shared.read_header(path)
         if checked is None:
@@ -789,14 +794,14 @@ def _exclusive(folder: str) -> t.Iterator[bool]:
 
 
 def load(
-    store: Store,
+    store: VectorSource,
     tenant: str,
     user_id: str,
     state: UserState,
     row_bytes: int = 0,
     max_bytes: int | None = None,
     column_budget: int = DEFAULT_BUDGET,
-    entries: list[Entry] | None = None,
+    entries: Entries | None = None,
 ) -> Snapshot | None:
     """A user's snapshot read from the store, all in this process; None if over ``max_bytes``."""
     if entries is None:
@@ -826,7 +831,7 @@ def load(
 
 def _assemble(
     state: UserState,
-    entries: list[Entry],
+    entries: Entries | list[Entry],
     file: shared.SnapshotFile,
     vectors_of: t.Callable[[np.ndarray], np.ndarray],
     column_budget: int,
@@ -874,7 +879,7 @@ def _rebased(snap: Snapshot, file: shared.SnapshotFile) -> Snapshot:
     return _assemble(snap.state, entries, file, vectors_of, snap.columns.budget)
 
 
-def _vids(entries: list[Entry]) -> np.ndarray:
+def _vids(entries: Entries | list[Entry]) -> np.ndarray:
     """The vector ids of these memories, each memory's windows in turn.
 
     Without an array per memory: for 100,000 memories those took 95 ms
@@ -914,7 +919,7 @@ def _behind(state: UserState, cached: UserState) -> bool:
 
 def _append(
     snap: Snapshot,
-    entries: list[Entry],
+    entries: Entries | list[Entry],
     vectors: np.ndarray | t.Callable[[np.ndarray], np.ndarray],
     in_place: bool = False,
 ) -> Snapshot:
@@ -986,7 +991,7 @@ def _append(
     )
 
 
-def _relisted(snap: Snapshot, present: list[Entry]) -> Snapshot:
+def _relisted(snap: Snapshot, present: Entries) -> Snapshot:
     """``snap`` with memories no longer present masked, and changed metadata or expiry."""
     m, nb = snap.m, snap.nb
     by_vid = {e.first_vid: e for e in present}

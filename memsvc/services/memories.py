@@ -35,6 +35,7 @@ from ..search import search as search_memories
 from ..search.filters import Filter
 from ..search.filters import MetadataBudget
 from ..store import Store
+from ..store import VectorSource
 from . import timing
 
 
@@ -112,7 +113,7 @@ def threshold_for(mode: str, given: float | None, default: float) -> float:
 
 
 def search(
-    store: Store,
+    store: VectorSource,
     embedder: Embedder,
     tenant: str,
     user_id: str,

@@ -472,9 +472,9 @@ class _statements:
             self._send_prepared = self.store._send_prepared
 
             def send_prepared(name, params):  # sent ahead, read later (PgStore.memories_ahead)
-                from memsvc.store.postgres.store import _AHEAD
+                from memsvc.store.postgres.ahead import AHEAD
 
-                self.seen.append(_AHEAD[name][1])
+                self.seen.append(AHEAD[name][1])
                 return self._send_prepared(name, params)
 
             self.store._send_prepared = send_prepared

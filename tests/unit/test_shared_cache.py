@@ -18,7 +18,7 @@ from memsvc.models import Memory
 from memsvc.search import SearchCache
 from memsvc.search import cache as cache_module
 from memsvc.search import shared
-from memsvc.store.postgres import store as pg_store
+from memsvc.store.postgres import vector_copy
 from memsvc.store.sqlite import vec0
 from tests.support.servers import REPO
 from tests.support.stores import close_store
@@ -198,8 +198,8 @@ def add_windows(store, rng, count, user="u"):
 
 def small_blocks(monkeypatch):
     monkeypatch.setattr(vec0, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
-    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)
-    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
+    monkeypatch.setattr(vector_copy, "BLOCK_VECTORS", 3)
+    monkeypatch.setattr(vector_copy.VectorsHandedOn, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
 
 
 def test_a_first_load_writes_the_file_that_publishing_the_whole_user_would(
@@ -268,11 +268,11 @@ import json, os, sys, threading, time
 import numpy as np
 from memsvc import clock
 from memsvc.search import Scope, SearchCache, nearest
-from memsvc.store.postgres import store as pg_store
+from memsvc.store.postgres import vector_copy
 from memsvc.store.sqlite import vec0
 from tests.support.stores import open_store
 
-vec0.BLOCK_BYTES = pg_store._VectorsHandedOn.BLOCK_BYTES = 1 << 20
+vec0.BLOCK_BYTES = vector_copy.VectorsHandedOn.BLOCK_BYTES = 1 << 20
 store = open_store(sys.argv[1])
 cache = SearchCache(1 << 30, {wide}, shared_dir=sys.argv[2], share_min_bytes=0)
 query = np.ones({wide}, dtype=np.float32)

@@ -16,9 +16,9 @@ from memsvc.models import Version
 from memsvc.services import memories
 from memsvc.store import SCHEMA_VERSION
 from memsvc.store import SqliteStore
-from memsvc.store import Store
 from memsvc.store import StoreMismatch
 from memsvc.store import connect
+from memsvc.store.sql import SqlBulk
 from tests.support.stores import sql
 from tests.support.stores import tables_holding
 
@@ -178,14 +178,15 @@ def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, s
 
 def _schema_5_rows(monkeypatch) -> None:
     """Make the stores write memories as schema 5 had them (no conversation columns)."""
-    from memsvc.store import sql as sql_module
+    from memsvc.store.sql import SqlStore
+    from memsvc.store.sql import memory_sql as sql_module
 
     columns = "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
     monkeypatch.setattr(sql_module, "MEMORY_COLUMNS", columns)
     monkeypatch.setattr(sql_module, "MEMORY_WIDTH", 9)
     real = sql_module.record_values
     monkeypatch.setattr(sql_module, "record_values", lambda m: real(m)[:9])
-    monkeypatch.setattr(sql_module.SqlStore, "_sessions_grew", lambda self, memories: None)
+    monkeypatch.setattr(SqlStore, "_sessions_grew", lambda self, memories: None)
 
 
 def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
@@ -513,7 +514,7 @@ def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
     with store.read():
         rows = list(store.all_memories(None, None, clock.now_ms()))
         bulk = store.exported(rows)
-        one_by_one = Store.exported(store, rows)
+        one_by_one = SqlBulk.exported(store, rows)  # the shared one, memory by memory
     assert len(bulk) == len(one_by_one) == 30
     for (_, m, _, windows), (vs, hist), (vs1, hist1) in zip(rows, bulk, one_by_one, strict=True):
         assert vs.shape == (windows, 16)
@@ -525,12 +526,12 @@ def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
 
 def test_a_users_vectors_come_in_blocks_as_they_are_read_whole(store, store_kind, monkeypatch):
     """``vector_blocks``: every vector once, at its position, a few rows at a time; errors told."""
-    from memsvc.store.postgres import store as pg_store
+    from memsvc.store.postgres import vector_copy
     from memsvc.store.sqlite import vec0
 
     monkeypatch.setattr(vec0, "BLOCK_BYTES", 20 * 16 * 4)  # 20 rows
-    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)  # blocks of 3 ids from PostgreSQL
-    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 13 * 16 * 4)  # 13 rows on
+    monkeypatch.setattr(vector_copy, "BLOCK_VECTORS", 3)  # blocks of 3 ids from PostgreSQL
+    monkeypatch.setattr(vector_copy.VectorsHandedOn, "BLOCK_BYTES", 13 * 16 * 4)  # 13 rows on
     rng = np.random.default_rng(3)
     memories = [memory(user="u", content=f"fact {i}", created_at=i) for i in range(203)]
     vectors = [unit(rng.standard_normal((1 + i % 3, 16))) for i in range(203)]
