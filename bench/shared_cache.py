@@ -21,7 +21,7 @@ through memsvc's store in batches of 1,000; queries drawn the same way.
    afterwards). Both servers then stay up, and 200 warm searches over HTTP,
    one at a time, go to each in turn (each server first half of the
    time): p50/p95 and the ratio, both measured under the same load.
-2. In-process, one run: the same search (memsvc.search.nearest, cache warm)
+2. In-process, one run: the same search (memsvc.search.search, cache warm)
    with the per-worker cache and with the shared one, queries interleaved
    (each cache first half of the time), p50/p95 and the ratio; the first
    search after a write by another connection (one new memory, 40 times);
@@ -56,7 +56,8 @@ from memsvc import clock  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
-from memsvc.search import nearest  # noqa: E402
+from memsvc.search import SearchRequest  # noqa: E402
+from memsvc.search import search  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
 from tests.support.fake_provider import UnitProvider  # noqa: E402
@@ -198,7 +199,8 @@ def in_process(db: str, centroids: np.ndarray, n_queries: int, tmp: str) -> list
     queries = draw(rng, centroids, n_queries)
 
     def run(cache: SearchCache, q: np.ndarray) -> list[str]:
-        found = nearest(store, cache, "bench", "large", q, K, 0.0, Scope(clock.now_ms()))
+        request = SearchRequest("bench", "large", q, "", K, 0.0, Scope(clock.now_ms()))
+        found = search(store, cache, request)
         return [r.memory.id for r in found]
 
     first = {}
@@ -299,7 +301,7 @@ def main() -> None:
             print(f"{name:<22}{pct(took, 50):>9.2f}{pct(took, 95):>9.2f}"
                   f"{pct(took, 50) / base:>10.2f}")  # fmt: skip
         print()
-        print(f"in-process, memsvc.search.nearest ({args.queries} queries, interleaved)")
+        print(f"in-process, memsvc.search.search ({args.queries} queries, interleaved)")
         print(f"{'cache':<22}{'warm p50':>9}{'warm p95':>9}{'x before':>10}"
               f"{'after write p50':>17}{'x before':>10}{'first ms':>10}")  # fmt: skip
         for name, p50, p95, ratio, after, after_ratio, first in in_process(

@@ -18,7 +18,7 @@ from .housekeeping import Maintenance
 from .limits import KeyLimiter
 from .limits import Limits
 from .search.cache import SearchCache
-from .search.shared import shared_dir
+from .search.snapshot_dir import shared_dir
 from .store import Backend
 from .store import FullStore
 from .store import open_backend

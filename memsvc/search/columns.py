@@ -27,15 +27,15 @@ import typing as t
 
 import numpy as np
 
-from . import filters
-from .filters import ABSENT
-from .filters import ARRAY
-from .filters import MISSING
-from .filters import NUMBER
-from .filters import STRING
-from .filters import Condition
+from . import matching
 from .filters import Filter
 from .filters import MetadataBudget
+from .matching import ABSENT
+from .matching import ARRAY
+from .matching import MISSING
+from .matching import NUMBER
+from .matching import STRING
+from .matching import Condition
 
 #: What a user's columns may keep when no budget is given.
 DEFAULT_BUDGET = 32 * 2**20
@@ -86,7 +86,7 @@ class Column:
         )
 
     def _code(self, value: t.Any) -> int:
-        key = filters.identity(value)
+        key = matching.identity(value)
         code = self.table.get(key)
         if code is None:
             code = self.table[key] = len(self.table)
@@ -104,7 +104,7 @@ class Column:
         """Each memory's value as a double; NaN where it is not a number."""
         if self._numbers is None:
             self._numbers = self._per_code(
-                lambda k, v: filters.as_double(v) if k == NUMBER else np.nan, np.float64, np.nan
+                lambda k, v: matching.as_double(v) if k == NUMBER else np.nan, np.float64, np.nan
             )
         return self._numbers[self.codes]
 
@@ -113,7 +113,7 @@ class Column:
         if self._times is None:
 
             def stamp(k: int, v: t.Any) -> float:
-                when = filters.parse_time(v) if k == STRING else None
+                when = matching.parse_time(v) if k == STRING else None
                 return when.timestamp() if when is not None else np.nan
 
             self._times = self._per_code(stamp, np.float64, np.nan)
@@ -146,7 +146,7 @@ class Column:
             return inside if op == "in" else ~inside
         if op == "contains":
             if not operand.scalar:
-                return again(self.nested, lambda value: filters.contains(value, operand))
+                return again(self.nested, lambda value: matching.contains(value, operand))
             out = np.zeros(self.size, dtype=bool)
             if operand.kind == STRING:
                 word = operand.value
@@ -160,30 +160,30 @@ class Column:
         left = self.times() if dated else self.numbers()
         right = operand.timestamp() if dated else operand
         with np.errstate(invalid="ignore"):  # NaN (no such value) compares false
-            return filters.compare(op, left, right)  # type: ignore[arg-type,return-value]
+            return matching.compare(op, left, right)  # type: ignore[arg-type,return-value]
 
 
 class _Builder:
-    """Columns of some paths, filled one memory at a time."""
+    """Columns filled one memory at a time (each from its own table of scalars on)."""
 
-    def __init__(self, paths: list[tuple[str, ...]], size: int):
-        self.columns = [Column(path, size) for path in paths]
-        self.codes: list[list[int]] = [[] for _ in paths]  # array elements, and their owners
-        self.owners: list[list[int]] = [[] for _ in paths]
-        self.spans: list[dict[int, tuple[int, int]]] = [{} for _ in paths]
-        self.nested = [np.zeros(size, dtype=bool) for _ in paths]
+    def __init__(self, columns: list[Column]):
+        self.columns = columns
+        self.codes: list[list[int]] = [[] for _ in columns]  # array elements, and their owners
+        self.owners: list[list[int]] = [[] for _ in columns]
+        self.spans: list[dict[int, tuple[int, int]]] = [{} for _ in columns]
+        self.nested = [np.zeros(c.size, dtype=bool) for c in columns]
 
     def add(self, i: int, metadata: t.Any) -> None:
         for c, column in enumerate(self.columns):
-            value = filters.lookup(metadata, column.path)
-            k = filters.kind(value)
+            value = matching.lookup(metadata, column.path)
+            k = matching.kind(value)
             column.kinds[i] = k
             if k < ARRAY and k != ABSENT:
                 column.codes[i] = column._code(value)
             elif k == ARRAY:
                 codes, start = self.codes[c], len(self.codes[c])
                 for item in value:
-                    if filters.kind(item) < ARRAY:
+                    if matching.kind(item) < ARRAY:
                         codes.append(column._code(item))
                     else:
                         self.nested[c][i] = True
@@ -202,7 +202,17 @@ class _Builder:
                 codes += codes[span[0] : span[1]]
                 self.owners[c] += [i] * (span[1] - span[0])
 
-    def done(self) -> list[Column]:
+    def fill(self, texts: t.Sequence[str], budget: MetadataBudget) -> list[Column]:
+        """The columns over these texts: each distinct one parsed once."""
+        first: dict[str, int] = {}
+        for i, text in enumerate(texts):
+            if text == "{}":
+                continue  # every path absent, as the columns start
+            j = first.setdefault(text, i)
+            if j != i:
+                self.copy(i, j)
+            else:
+                self.add(i, budget.parse(text))
         for c, column in enumerate(self.columns):
             column.member_codes = np.array(self.codes[c], dtype=np.int32)
             column.member_owner = np.array(self.owners[c], dtype=np.int32)
@@ -215,17 +225,29 @@ def build(
     texts: t.Sequence[str], paths: list[tuple[str, ...]], budget: MetadataBudget
 ) -> list[Column]:
     """Columns of ``paths`` over these metadata texts: each distinct text parsed once."""
-    builder = _Builder(paths, len(texts))
-    first: dict[str, int] = {}
-    for i, text in enumerate(texts):
-        if text == "{}":
-            continue  # every path absent, as the columns start
-        j = first.setdefault(text, i)
-        if j != i:
-            builder.copy(i, j)
-        else:
-            builder.add(i, budget.parse(text))
-    return builder.done()
+    return _Builder([Column(path, len(texts)) for path in paths]).fill(texts, budget)
+
+
+def extended(column: Column, texts: t.Sequence[str], budget: MetadataBudget) -> Column:
+    """``column`` with these texts' values after its own (``column`` is left as it is: readers
+    share it)."""
+    part = Column(column.path, len(texts))
+    part.table = dict(column.table)
+    part._table_bytes = column._table_bytes
+    _Builder([part]).fill(texts, budget)
+    out = Column(column.path, 0)
+    out.kinds = np.concatenate([column.kinds, part.kinds])
+    out.codes = np.concatenate([column.codes, part.codes])
+    out.member_codes = np.concatenate([column.member_codes, part.member_codes])
+    out.member_owner = np.concatenate([column.member_owner, part.member_owner + column.size])
+    if len(column.nested) or len(part.nested):
+        out.nested = np.zeros(out.size, dtype=bool)
+        if len(column.nested):
+            out.nested[: column.size] = column.nested
+        if len(part.nested):
+            out.nested[column.size :] = part.nested
+    out.table, out._table_bytes = part.table, part._table_bytes
+    return out
 
 
 class Columns:
@@ -253,14 +275,17 @@ class Columns:
         with self._lock:
             return list(self._columns)
 
-    def extended(self, metadata: t.Sequence[str]) -> Columns:
-        """Columns over these texts and ``metadata`` after them, with the same paths built."""
-        out = Columns([*self._texts, *metadata], self.budget)
-        paths = self.paths()
-        if paths:
-            # New memories' texts, paid for by the writes that added them.
-            for column in build(out._texts, paths, MetadataBudget(None)):
-                out._columns[column.path] = column
+    def extended(self, added: t.Sequence[str], whole: list[str] | None = None) -> Columns:
+        """Columns over these texts and ``added`` after them, with the same paths built (the
+        new texts' values added to each: they are paid for by the writes that added them).
+
+        ``whole``: both as one list, if the caller has it (a snapshot's: one list, not two).
+        """
+        out = Columns(whole if whole is not None else [*self._texts, *added], self.budget)
+        with self._lock:
+            kept = list(self._columns.values())
+        for column in kept:
+            out._columns[column.path] = extended(column, added, MetadataBudget(None))
         return out
 
     def columns(
@@ -316,7 +341,7 @@ class Columns:
             text = self._texts[i]
             passed = seen.get(text)
             if passed is None:
-                value = filters.lookup(budget.parse(text), path)
+                value = matching.lookup(budget.parse(text), path)
                 passed = seen[text] = value is not MISSING and holds(value)
             out[i] = passed
         return out

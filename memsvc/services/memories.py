@@ -31,6 +31,7 @@ from ..models import dedupe_key
 from ..observability import tracing
 from ..search import Scope
 from ..search import SearchCache
+from ..search import SearchRequest
 from ..search import search as search_memories
 from ..search.filters import Filter
 from ..search.filters import MetadataBudget
@@ -139,10 +140,9 @@ def search(
     """
     vector = query_vector(embedder, query)
     scope = Scope(clock.now_ms(), filter, created_after, created_before, _budget(max_filter_bytes))
+    request = SearchRequest(tenant, user_id, vector, query, limit, threshold, scope, mode)
     with tracing.span("search", mode=mode):
-        return search_memories(
-            store, cache, tenant, user_id, vector, query, limit, threshold, scope, mode
-        )
+        return search_memories(store, cache, request)
 
 
 def get_all(

@@ -18,8 +18,9 @@ from memsvc.api.context import runtime
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import SearchRequest
 from memsvc.search import filters
-from memsvc.search import nearest
+from memsvc.search import search as run_search
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
 from tests.support.helpers import maintenance_round
@@ -90,10 +91,8 @@ def test_repeated_large_filters_keep_a_workers_memory_bounded(store, hash_embedd
 
     def search(round_: int) -> None:
         flt = {f"r{round_}k{i}": {"exists": False} for i in range(filters.MAX_CONDITIONS)}
-        found = nearest(
-            store, cache, "t", "u", query_vector, 10, -1.0,
-            Scope(clock.now_ms(), filters.parse(flt)),
-        )  # fmt: skip
+        scope = Scope(clock.now_ms(), filters.parse(flt))
+        found = run_search(store, cache, SearchRequest("t", "u", query_vector, "", 10, -1.0, scope))
         assert len(found) == 10
 
     for r in range(5):

@@ -41,7 +41,7 @@ SCRIPT = """
 import gc, json, sys
 import numpy as np
 from memsvc import clock
-from memsvc.search import Scope, SearchCache, filters, search
+from memsvc.search import Scope, SearchCache, SearchRequest, filters, search
 from tests.support.stores import open_store
 
 store = open_store(sys.argv[1])
@@ -59,7 +59,7 @@ def search_user(user):
     for flt in FILTERS:
         for mode in ("semantic", "hybrid", "semantic"):
             scope = Scope(clock.now_ms(), flt)
-            search(store, cache, "t", user, query, "tag", 10, 0.0, scope, mode)
+            search(store, cache, SearchRequest("t", user, query, "tag", 10, 0.0, scope, mode))
 
 
 search_user("warm")  # every code path run once: what the others add is theirs

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from memsvc.search import columns as columns_module
 from memsvc.search import filters
+from memsvc.search import matching
 from tests.support import figures
 
 DOC = {
@@ -178,7 +179,7 @@ def test_a_condition_compares_no_more_than_its_operand_whatever_the_value():
     """An equality against a huge value walks the operand only (and stops at a difference)."""
     huge = {"a": {f"k{i}": {"deep": list(range(50))} for i in range(2000)}}
     steps = []
-    original = filters.kind
+    original = matching.kind
 
     def counting(value):
         steps.append(1)
@@ -192,9 +193,9 @@ def test_a_condition_compares_no_more_than_its_operand_whatever_the_value():
     ):
         parsed = filters.parse(flt)
         steps.clear()
-        filters.kind = counting
+        matching.kind = counting
         try:
             assert parsed.matches(huge) is expected
         finally:
-            filters.kind = original
+            matching.kind = original
         assert len(steps) < 200, (flt, len(steps))

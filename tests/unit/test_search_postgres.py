@@ -14,10 +14,12 @@ import psycopg
 import pytest
 
 from memsvc import clock
-from memsvc import search as search_module
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import SearchRequest
+from memsvc.search import search as run_search
+from memsvc.search import semantic
 from memsvc.search.filters import parse as parse_filter
 from memsvc.store.postgres import PgStore
 from memsvc.store.postgres.connection import register_vector
@@ -62,7 +64,7 @@ def add(store, vectors, user="u", metadata=None):
 def search(store, cache, query, k=5, scope=None):
     """A semantic search as memory.search makes it."""
     scope = scope or Scope(clock.now_ms())
-    found = search_module.search(store, cache, "t", "u", query, "", k, 0.0, scope, "semantic")
+    found = run_search(store, cache, SearchRequest("t", "u", query, "", k, 0.0, scope, "semantic"))
     return [r.memory.id for r in found]
 
 
@@ -173,7 +175,7 @@ def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
     cache = SearchCache(2**20, DIMS)
     query = rng.standard_normal(DIMS).astype(np.float32)
     search(store, cache, query)
-    monkeypatch.setattr(search_module, "SCAN_FIRST_FLOATS", 39 * DIMS)
+    monkeypatch.setattr(semantic, "SCAN_FIRST_FLOATS", 39 * DIMS)
     found, n = trips(conn, lambda: search(store, cache, query))
     assert n == 4  # BEGIN, the counters, the memories, COMMIT
     assert found == search(store, None, query)

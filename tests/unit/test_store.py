@@ -46,8 +46,9 @@ def rand(dim=16, seed=0):
 
 def nearest(store, tenant, user, query, k, threshold):
     """The uncached search path over this store."""
-    found = search.nearest(
-        store, None, tenant, user, query, k, threshold, search.Scope(clock.now_ms())
+    scope = search.Scope(clock.now_ms())
+    found = search.search(
+        store, None, search.SearchRequest(tenant, user, query, "", k, threshold, scope)
     )
     return [(r.memory, r.similarity) for r in found]
 
@@ -168,10 +169,10 @@ def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, s
         u1, u2 = store.user_state("t1", "u1"), store.user_state("t1", "u2")
         assert u1 is not None and u2 is not None and u1.user_key != u2.user_key
         assert (u1.count, u1.terms, u2.terms) == (2, 8, 5)
-        found = search.search(
-            store, None, "t1", "u1", rand(seed=1), "swims", 10, 0.0,
-            search.Scope(clock.now_ms()), mode="keyword",
-        )  # fmt: skip
+        request = search.SearchRequest(
+            "t1", "u1", rand(seed=1), "swims", 10, 0.0, search.Scope(clock.now_ms()), "keyword"
+        )
+        found = search.search(store, None, request)
     assert [r.memory.content for r in found] == [rows[0][1]]
     assert store.erasures() >= 0
 
@@ -235,9 +236,9 @@ def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
         found = nearest(store, "t1", user, vectors[mine[1]], 3, 0.0)
         assert [m.id for m, _ in found][0] == memories[mine[1]].id
         cache = search.SearchCache(2**20, 16)
-        warm = search.nearest(
-            store, cache, "t1", user, vectors[mine[1]], 3, 0.0, search.Scope(clock.now_ms())
-        )
+        scope = search.Scope(clock.now_ms())
+        request = search.SearchRequest("t1", user, vectors[mine[1]], "", 3, 0.0, scope)
+        warm = search.search(store, cache, request)
         assert [(r.memory.id, r.similarity) for r in warm] == [(m.id, s) for m, s in found]
 
 
