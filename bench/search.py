@@ -58,8 +58,9 @@ K = 10
 
 
 def draw(rng: np.random.Generator, centroids: np.ndarray, n: int) -> np.ndarray:
+    dims = centroids.shape[1]
     c = centroids[rng.integers(0, len(centroids), n)]
-    v = c + rng.standard_normal((n, DIMS)) / np.sqrt(DIMS)
+    v = c + rng.standard_normal((n, dims)) / np.sqrt(dims)
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
