@@ -88,6 +88,7 @@ from memsvc.models import Memory  # noqa: E402
 from memsvc.search import MODES  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
+from memsvc.search import SearchRequest  # noqa: E402
 from memsvc.search import search  # noqa: E402
 from memsvc.services import memories as service  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
@@ -392,10 +393,10 @@ class Worker:
     def direct(self, mode: str, q: Query) -> tuple[float, tuple[str, ...]]:
         """memsvc.search.search, as the service calls it once the query is embedded."""
         started = time.perf_counter()
-        found = search(
-            self.store, self.cache, TENANT, q.who.id, q.vector, q.text, LIMIT, 0.0,
-            Scope(clock.now_ms()), mode,
-        )  # fmt: skip
+        request = SearchRequest(
+            TENANT, q.who.id, q.vector, q.text, LIMIT, 0.0, Scope(clock.now_ms()), mode
+        )
+        found = search(self.store, self.cache, request)
         return time.perf_counter() - started, tuple(r.memory.id for r in found)
 
     def whole(self, mode: str, q: Query) -> float:

@@ -6,7 +6,7 @@ with 20 each (``--small-users``), every memory a text of 30 words drawn
 from a 5,000-word vocabulary with Zipf frequencies (the keyword index's
 cost depends on the words) and metadata ``{"bucket": i % 100, "kind":
 "a"|"b", "tags": [...]}``. Embedding is excluded throughout: the search path
-is memsvc's own (:func:`memsvc.search.nearest`), in one process.
+is memsvc's own (:func:`memsvc.search.search`), in one process.
 
 1. Filtered search, cache warm: p50/p95 of an unfiltered search and of
    searches whose filter matches 1% (``bucket == 7``) and 50% (``kind ==
@@ -45,8 +45,9 @@ from memsvc.embeddings import Embedder  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
+from memsvc.search import SearchRequest  # noqa: E402
 from memsvc.search import filters  # noqa: E402
-from memsvc.search import nearest  # noqa: E402
+from memsvc.search import search as run_search  # noqa: E402
 from memsvc.services import memories as service  # noqa: E402
 from memsvc.services import transfer  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
@@ -145,8 +146,10 @@ def main(postgres: bool = False) -> None:
 
         def search(flt=None, cached=True):
             scope = Scope(clock.now_ms(), filters.parse(flt) if flt else None)
-            return lambda q: nearest(
-                store, cache if cached else None, "bench", "large", q, 10, 0.0, scope
+            return lambda q: run_search(
+                store,
+                cache if cached else None,
+                SearchRequest("bench", "large", q, "", 10, 0.0, scope),
             )
 
         cases = [

@@ -15,12 +15,12 @@ with pgvector, on a unix socket). Paths:
 
   numpy scan (baseline)     the large user's float32 matrix, one
                             matrix-vector product, top 10 by argpartition
-  memsvc, cache warm        memsvc.search.nearest with the cache warm,
+  memsvc, cache warm        memsvc.search.search with the cache warm,
                             embedding excluded: counters, scan, exact
                             rank, rows
   memsvc, after a write     the same right after another connection added
                             a memory to that user (the cache appends it)
-  sqlite-vec / pgvector <=> nearest with cache=None: sqlite-vec's KNN on
+  sqlite-vec / pgvector <=> search with cache=None: sqlite-vec's KNN on
    (no cache)               SQLite, pgvector's exact ORDER BY embedding
                             <=> q on PostgreSQL (PgStore.knn)
   pgvector SQL, one query   for reference, what a plain pgvector
@@ -94,7 +94,8 @@ from memsvc import clock  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
-from memsvc.search import nearest  # noqa: E402
+from memsvc.search import SearchRequest  # noqa: E402
+from memsvc.search import search  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import Store  # noqa: E402
 from memsvc.store import connect  # noqa: E402
@@ -243,11 +244,13 @@ class Searcher:
         self.first_loads: list[float] = []
 
     def cached(self, q: np.ndarray, user: str = "large") -> list[tuple[str, float]]:
-        found = nearest(self.store, self.cache, TENANT, user, q, K, 0.0, self.scope)
+        request = SearchRequest(TENANT, user, q, "", K, 0.0, self.scope)
+        found = search(self.store, self.cache, request)
         return [(r.memory.id, r.similarity) for r in found]
 
     def uncached(self, q: np.ndarray) -> list[tuple[str, float]]:
-        found = nearest(self.store, None, TENANT, "large", q, K, 0.0, self.scope)
+        request = SearchRequest(TENANT, "large", q, "", K, 0.0, self.scope)
+        found = search(self.store, None, request)
         return [(r.memory.id, r.similarity) for r in found]
 
     def load(self, q: np.ndarray) -> None:

@@ -44,7 +44,8 @@ from memsvc import clock  # noqa: E402
 from memsvc.models import Memory  # noqa: E402
 from memsvc.search import Scope  # noqa: E402
 from memsvc.search import SearchCache  # noqa: E402
-from memsvc.search import nearest  # noqa: E402
+from memsvc.search import SearchRequest  # noqa: E402
+from memsvc.search import search  # noqa: E402
 from memsvc.search.exact import exact_similarity  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
@@ -57,8 +58,9 @@ K = 10
 
 
 def draw(rng: np.random.Generator, centroids: np.ndarray, n: int) -> np.ndarray:
+    dims = centroids.shape[1]
     c = centroids[rng.integers(0, len(centroids), n)]
-    v = c + rng.standard_normal((n, DIMS)) / np.sqrt(DIMS)
+    v = c + rng.standard_normal((n, dims)) / np.sqrt(dims)
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -162,11 +164,11 @@ def run(n_large: int, n_queries: int, directory: str) -> list[tuple]:
         return Scope(clock.now_ms())
 
     def memsvc(q, user="large"):
-        found = nearest(store, cache, "tenant", user, q, K, 0.0, scope())
+        found = search(store, cache, SearchRequest("tenant", user, q, "", K, 0.0, scope()))
         return [(r.memory, r.similarity) for r in found]
 
     def sqlite_vec(q, user="large"):
-        found = nearest(store, None, "tenant", user, q, K, 0.0, scope())
+        found = search(store, None, SearchRequest("tenant", user, q, "", K, 0.0, scope()))
         return [(r.memory, r.similarity) for r in found]
 
     load_started = time.perf_counter()

@@ -39,10 +39,11 @@ from .store import SCHEMA_VERSION
 from .store import BackupError
 from .store import BackupRefused
 from .store import DatabaseInUse
-from .store import Store
+from .store import FullStore
 from .store import open_backend
 from .store.schema import IncompleteSchema
 from .store.schema import StoreMismatch
+from .store.schema import check_recorded
 from .text import InvalidText
 from .text import check_text
 from .text import shown
@@ -87,7 +88,7 @@ class Context:
             click.get_current_context().call_on_close(rt.close)
         return self._runtime
 
-    def store(self) -> Store:
+    def store(self) -> FullStore:
         return self.runtime().store()
 
 
@@ -520,7 +521,7 @@ def import_command(
     )
 
 
-def _read_only_store(ctx: Context) -> tuple[Store, Embedder]:
+def _read_only_store(ctx: Context) -> tuple[FullStore, Embedder]:
     """The configured database and embedder, checked but never created, migrated or written.
 
     No search cache either: a large user's cache writes snapshot files.
@@ -536,7 +537,7 @@ def _read_only_store(ctx: Context) -> tuple[Store, Embedder]:
     try:
         store = rt.store()
         store.check_schema()
-        store.check_embedder(rt.embedder.model_id, rt.embedder.dimensions)
+        check_recorded(store.embedder(), rt.embedder.model_id, rt.embedder.dimensions)
     except IncompleteSchema as e:
         raise click.ClickException(
             f"{shown_db} is not a memsvc database of this version ({e}); "

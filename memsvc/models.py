@@ -102,11 +102,13 @@ class ScoredMemory:
     similarity: float
     #: Which searches found it ("keyword", "semantic"), in keyword and hybrid modes.
     matched_by: tuple[str, ...] | None = None
-    #: Its keyword match's strength in [0, 1] (:mod:`memsvc.search.keyword`); None: no match.
+    #: Its keyword match's strength in [0, 1] (:mod:`memsvc.search.bm25`); None: no match.
     keyword: float | None = None
     #: What the search's mode ranked it by: the cosine (semantic, the
     #: default), BM25 (keyword), the fused score (hybrid).
     score: float | None = None
+    #: The named parts a fused score adds up (hybrid: ``cosine``, ``keyword``).
+    parts: t.Mapping[str, float] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from .housekeeping import Maintenance
 from .limits import KeyLimiter
 from .limits import Limits
 from .search.cache import SearchCache
-from .search.shared import shared_dir
+from .search.snapshot_dir import shared_dir
 from .store import Backend
-from .store import Store
+from .store import FullStore
 from .store import open_backend
 from .tokens import TokenVerifier
 from .tokens import make_verifier
@@ -80,7 +80,7 @@ class Runtime:
             )
             self._maintenance.start()
 
-    def store(self) -> Store:
+    def store(self) -> FullStore:
         """A store on this thread's connection (until :meth:`release`)."""
         return self.backend.store()
 

@@ -280,6 +280,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Largest `metadata`, as compact JSON.", "Limits"),
     _S("MAX_METADATA_DEPTH", 32, positive_int, "a positive whole number",
        "Deepest `metadata` nesting.", "Limits"),
+    _S("MAX_FILTER_SCAN_BYTES", 32 * 1024 * 1024, _int_range(65_536, 4 * 1024**3),
+       "a whole number of bytes from 65536", "Most bytes of stored metadata one call's "
+       "`filter` may read; past it the call answers `400`.", "Limits"),
     _S("MAX_RESPONSE_BYTES", 32 * 1024 * 1024, _int_range(65_536, 4 * 1024**3),
        "a whole number of bytes from 65536",
        "Most bytes of answers one request may produce, batch calls together; a call past it "
@@ -309,9 +312,11 @@ SETTINGS: tuple[Setting, ...] = (
        "their caller gives none); measure it with `make eval`. By default the measured one of "
        "the bundled models.", "Search", shown_default="measured"),
     _S("QUERY_CACHE_ENTRIES", 1024, non_negative_int, "a whole number (0: off)",
-       "Per worker: embeddings of recent search queries kept, least recently used dropped "
-       "first; agents often ask the same question again (0: off). Tenants never share an "
-       "entry, so a query is as slow for one tenant as if no other had asked it.", "Search"),
+       "Per worker and tenant: embeddings of recent search queries kept, the tenant's least "
+       "recently used dropped first; agents often ask the same question again (0: off). "
+       "Tenants never share an entry nor evict each other's, so a query is as slow for one "
+       "tenant as if no other had asked it, and stays as fast however many others ask; a "
+       "tenant's entries go after 15 minutes without a search.", "Search"),
     _S("MAINTENANCE_SECONDS", 30, _int_range(1, 3600), "a whole number of seconds from 1 to 3600",
        "How often each worker removes expired memories for good and drops cached vectors of "
        "users whose memories changed.", "Storage"),

@@ -262,7 +262,7 @@ def memory_text(memory: Memory) -> str:
     """``encode(MEMORY.json(memory))``, written once per memory object.
 
     A search answers with memories its user's snapshot keeps
-    (:class:`memsvc.search.cache.Records`), the same objects search after
+    (:class:`memsvc.search.records.Records`), the same objects search after
     search: their JSON is kept with them, and goes when they do.
     """
     key = id(memory)

@@ -17,14 +17,14 @@ from flask import request
 from ..embeddings import Embedder
 from ..observability import metrics
 from ..runtime import Runtime
-from ..store import Store
+from ..store import FullStore
 
 
 def runtime() -> Runtime:
     return current_app.extensions["memsvc"]
 
 
-def store() -> Store:
+def store() -> FullStore:
     """This request's store, on this thread's connection."""
     if "memsvc_store" not in g:
         g.memsvc_store = runtime().store()
@@ -73,13 +73,13 @@ class Exchange:
         self.runtime: Runtime = app.extensions["memsvc"]
         self.environ = environ
         self.method: str = environ.get("REQUEST_METHOD", "GET").upper()
-        self._store: Store | None = None
+        self._store: FullStore | None = None
         #: Whether a call of this request has already written its key's lastUsedAt.
         self.key_used = False
         #: Credentials checked once per request, by name: the caller, or the refusal.
         self.verified: dict[str, t.Any] = {}
 
-    def store(self) -> Store:
+    def store(self) -> FullStore:
         s = self._store
         if s is None:
             s = self._store = store()

@@ -59,6 +59,7 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         created_after=params["createdAfter"],
         created_before=params["createdBefore"],
         mode=params["mode"],
+        max_filter_bytes=call.config["MAX_FILTER_SCAN_BYTES"],
     )
     contexts = conversations.context_of(
         call.store(), call.caller.tenant, [r.memory for r in found], params["context"]
@@ -79,6 +80,7 @@ def get_all(call: Call, params: dict[str, t.Any]) -> t.Any:
         created_before=params["createdBefore"],
         selection=selection_of(params),
         max_bytes=call.budget,
+        max_filter_bytes=call.config["MAX_FILTER_SCAN_BYTES"],
     )
 
 

@@ -32,7 +32,7 @@ from .context import Exchange
 
 if t.TYPE_CHECKING:
     from ..runtime import Runtime
-    from ..store import Store
+    from ..store import FullStore
 
 QUERY = "query"
 MUTATION = "mutation"
@@ -65,7 +65,7 @@ class Call:
     def raw_input(self) -> t.Any:
         return self.inputs.get(self.index)
 
-    def store(self) -> Store:
+    def store(self) -> FullStore:
         """The request's store."""
         return self.exchange.store()
 

@@ -11,6 +11,8 @@ broken newest first.
 
 from __future__ import annotations
 
+import typing as t
+
 import numpy as np
 
 from ..observability import metrics
@@ -97,24 +99,27 @@ def similarities(
     return out
 
 
+class Candidates(t.NamedTuple):
+    """Memories to rank: their rows' vectors, and for each row its memory (a position in
+    ``seqs`` and ``created``); a memory's similarity is its best row's."""
+
+    vectors: np.ndarray
+    owner: np.ndarray
+    seqs: np.ndarray
+    created: np.ndarray
+
+
 def rank(
-    vectors: np.ndarray,
-    owner: np.ndarray,
-    seqs: np.ndarray,
-    created: np.ndarray,
-    query: np.ndarray,
-    k: int,
-    threshold: float,
+    candidates: Candidates, query: np.ndarray, k: int, threshold: float
 ) -> list[tuple[int, float, int]]:
     """The ``k`` best of these candidate memories by exact similarity >= ``threshold``.
 
-    ``vectors`` are the candidates' rows, ``owner[i]`` the position of row
-    ``i``'s memory in ``seqs`` and ``created``; a memory's similarity is its
-    best row's. A memory with an all-zero row is left out: the search cache
-    zeroes the rows of a memory deleted while this search was under way.
-    Returns ``(seq, similarity, created)``, most similar first, ties to the
-    newest (``created`` descending, then ``seq`` descending).
+    A memory with an all-zero row is left out: the search cache zeroes the
+    rows of a memory deleted while this search was under way. Returns
+    ``(seq, similarity, created)``, most similar first, ties to the newest
+    (``created`` descending, then ``seq`` descending).
     """
+    vectors, owner, seqs, created = candidates
     metrics.ranked(len(seqs))
     if len(seqs) == 0:
         return []

@@ -1,105 +1,91 @@
-"""Keyword search: BM25 over the calling user's own memories, and its fusion with meaning.
+"""Keyword search: the user's memories holding the query's words, strongest match first.
 
-A query becomes its terms (:mod:`memsvc.terms`: words, stemmed; never query
-syntax): a memory holding any of them is a candidate. Candidates rank by
-Okapi BM25 with statistics from the user's own memories only: how many of
-them hold each term, and how long they are. So another user's or another
-tenant's memories never change a ranking or a score.
-
-Each match also has a *strength* in [0, 1]: the share of the query's
-information the memory holds, each query term weighing its rarity among the
-user's memories (its idf), a term no memory holds weighing as much as the
-rarest, and a term with a digit (a code, a number, a date: what a question
-most often hinges on) :data:`CODE_WEIGHT` times as much. A memory holding
-every query term has strength 1; one holding only a word most memories
-share, little. Hybrid search ranks by the cosine plus
-:data:`BOOST` times the strength squared (:func:`hybrid_score`), so a match
-on the rare name or code a question hinges on lifts its memory above
-look-alikes, while a shared common word barely moves a paraphrase's answer.
+The user's own keyword index gives the matches, ranked by BM25
+(:mod:`.bm25`); they are taken best first, a growing chunk at a time, until
+``k`` of them pass the scope and the cosine threshold. Each result's
+similarity is its exact cosine (from the user's snapshot when it holds the
+memory, else from the store) and the threshold a floor on it; it is ranked
+by its BM25 score.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing as t
-
-import numpy as np
-
-#: BM25's term-frequency saturation and length normalisation (the usual values).
-K1 = 1.2
-B = 0.75
-
-#: Hybrid scoring: ``cosine + BOOST * strength ** POWER``. Chosen with make
-#: eval's sets (conversation turns, near-miss names and codes, paraphrases)
-#: among score fusions of several shapes and weights: it beats both halves
-#: on conversation turns and near misses while losing at most 0.02 recall@1
-#: on paraphrases against cosine alone; reciprocal-rank fusion and fusions
-#: normalised by the best match of each query lost 0.1-0.2 on paraphrases.
-BOOST = 0.5
-POWER = 2.0
-#: How much more a query term with a digit weighs in a match's strength.
-#: Chosen with BOOST and POWER: near misses on codes and dates (INV-20418
-#: among INV-20481, 24 June among 23 June) come first as often as in
-#: keyword mode, paraphrases unchanged.
-CODE_WEIGHT = 3.0
+from .. import terms
+from ..models import Memory
+from ..models import ScoredMemory
+from ..observability import metrics
+from ..store import VectorSource
+from . import bm25
+from .cache import SearchCache
+from .hits import Hit
+from .hits import answer
+from .request import SearchRequest
+from .scanning import cosines
+from .snapshot import Snapshot
 
 
-@dataclasses.dataclass(frozen=True)
-class Matches:
-    """A keyword search's matches, strongest first by BM25, ties to the newest."""
-
-    seqs: np.ndarray  # int64
-    bm25: np.ndarray  # float64, positive
-    strength: np.ndarray  # float64, in [0, 1]
-
-    def __len__(self) -> int:
-        return len(self.seqs)
+def search(
+    source: VectorSource, cache: SearchCache | None, request: SearchRequest
+) -> list[ScoredMemory]:
+    """The ``k`` memories matching any of the query's words best, cosine >= ``threshold``."""
+    with source.read():
+        snapshot = current(source, cache, request)
+        metrics.searched("keyword", snapshot is not None)
+        return answer(source, hits(source, request, snapshot), by_bm25)
 
 
-_NONE = Matches(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+def by_bm25(memory: Memory, hit: Hit) -> ScoredMemory:
+    """A keyword result: matched by keyword, ranked by its BM25 score."""
+    return ScoredMemory(memory, hit.cosine, ("keyword",), hit.strength, hit.bm25)
 
 
-def rank(
-    postings: t.Sequence[tuple[int, int, int, int]],
-    asked: t.Mapping[int, bool],
-    documents: int,
-    total_terms: int,
-) -> Matches:
-    """Rank one user's memories holding any of a query's distinct terms.
+def hits(
+    source: VectorSource, request: SearchRequest, snapshot: Snapshot | None = None
+) -> list[Hit]:
+    """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
-    ``asked`` maps each of the query's terms to whether it is a code
-    (:func:`memsvc.terms.codes`); ``postings`` are ``(term, seq, tf, dl)``
-    rows of the user's index for those terms; ``documents`` and
-    ``total_terms`` the user's memory count and their total length in terms.
+    Best first (BM25). Cosines come from the user's cached ``snapshot`` when
+    there is one (current in this transaction), else from the store. Call
+    inside a read transaction.
     """
-    if not postings or documents <= 0:
-        return _NONE
-    rows = np.array(postings, dtype=np.int64)
-    present, term_of = np.unique(rows[:, 0], return_inverse=True)
-    df = np.bincount(term_of).astype(np.float64)
-    idf = np.log1p((documents - df + 0.5) / (df + 0.5))
-    tf = rows[:, 2].astype(np.float64)
-    length = rows[:, 3] / max(total_terms / documents, 1e-9)
-    weight = idf[term_of] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length))
-    seqs, owner = np.unique(rows[:, 1], return_inverse=True)
-    scores = np.bincount(owner, weights=weight)
+    tenant, user_id, k = request.tenant, request.user_id, request.k
+    wanted = terms.codes(request.text)
+    state = source.user_state(tenant, user_id) if wanted else None
+    if state is None:
+        return []
+    matches = bm25.rank(
+        source.postings(state.user_key, list(wanted)), wanted, state.count, state.terms
+    )
+    seqs = matches.seqs.tolist()
+    scores = zip(matches.bm25.tolist(), matches.strength.tolist(), strict=True)
+    found = dict(zip(seqs, scores, strict=True))
+    best: list[Hit] = []
+    start, chunk = 0, max(4 * k, 40)
+    # Best first, a growing chunk at a time, until k qualify.
+    while start < len(seqs) and len(best) < k:
+        part = seqs[start : start + chunk]
+        entries = source.entries_by_seq(tenant, user_id, part)
+        admitted = [
+            entries[seq] for seq in part if seq in entries and request.scope.admits(entries[seq])
+        ]
+        cosine = cosines(source, request, admitted, snapshot)
+        best += [
+            Hit(e.seq, cosine[e.seq], e.created_at, *found[e.seq])
+            for e in admitted
+            if cosine[e.seq] >= request.threshold
+        ]
+        start += chunk
+        chunk *= 4
+    return best[:k]
 
-    # The query's information: its terms' idfs, one no memory holds as the
-    # rarest, codes weighing more.
-    def weight_of(term: int) -> float:
-        return CODE_WEIGHT if asked.get(term, False) else 1.0
 
-    weights = np.array([weight_of(term) for term in present.tolist()]) * idf
-    rarest = np.log1p((documents - 0.5) / 1.5)
-    missing = set(asked) - set(present.tolist())
-    information = weights.sum() + rarest * sum(weight_of(term) for term in missing)
-    held = np.bincount(owner, weights=weights[term_of]) / information
-    order = np.lexsort((-seqs, -scores))
-    return Matches(seqs[order], scores[order], np.clip(held[order], 0.0, 1.0))
-
-
-def hybrid_score(cosine: float, strength: float | None) -> float:
-    """What hybrid search ranks by: the cosine, raised by a keyword match's strength."""
-    if strength is None:
-        return cosine
-    return cosine + BOOST * strength**POWER
+def current(
+    source: VectorSource, cache: SearchCache | None, request: SearchRequest
+) -> Snapshot | None:
+    """The user's cached snapshot, current in this read transaction; None without one."""
+    if cache is None:
+        return None
+    state = source.user_state(request.tenant, request.user_id)
+    if state is None:
+        return None
+    return cache.current(source, request.tenant, request.user_id, state)

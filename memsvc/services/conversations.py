@@ -22,7 +22,7 @@ from ..errors import NotFound
 from ..models import Memory
 from ..models import Moment
 from ..models import Session
-from ..store import Store
+from ..store import FullStore
 from . import timing
 
 
@@ -56,7 +56,7 @@ _ATTEMPTS = 3
 
 
 def ingest(
-    store: Store,
+    store: FullStore,
     embedder: Embedder,
     tenant: str,
     user_id: str,
@@ -167,7 +167,7 @@ def _to_store(
 
 
 def sessions(
-    store: Store, tenant: str, user_id: str, limit: int, *, cursor: str | None = None
+    store: FullStore, tenant: str, user_id: str, limit: int, *, cursor: str | None = None
 ) -> list[Session]:
     """A page of the user's sessions, the one with the latest message first."""
     with store.read():
@@ -181,7 +181,7 @@ def sessions(
 
 
 def session(
-    store: Store,
+    store: FullStore,
     tenant: str,
     user_id: str,
     session_id: str,
@@ -208,7 +208,9 @@ class Context:
     after: list[Memory]
 
 
-def context_of(store: Store, tenant: str, found: t.Sequence[Memory], n: int) -> dict[str, Context]:
+def context_of(
+    store: FullStore, tenant: str, found: t.Sequence[Memory], n: int
+) -> dict[str, Context]:
     """Up to ``n`` visible messages on either side of each message of ``found``, by its id.
 
     Memories that are no messages get none. One read of the store.

@@ -30,7 +30,7 @@ from ..embeddings import Embedder
 from ..embeddings.cache import CachedEmbedder
 from ..errors import BadRequest
 from ..search import MODES
-from ..store import Store
+from ..store import FullStore
 from ..text import InvalidText
 from ..text import check_text
 from . import memories
@@ -167,7 +167,7 @@ class Report:
 
 
 def evaluate(
-    store: Store,
+    store: FullStore,
     embedder: Embedder,
     tenant: str,
     questions: t.Sequence[Question],
@@ -239,7 +239,9 @@ def _figures(rows: list[tuple[int | None, int, int]], ks: tuple[int, ...]) -> Fi
     )
 
 
-def _missing(store: Store, tenant: str, questions: t.Sequence[Question]) -> list[tuple[int, str]]:
+def _missing(
+    store: FullStore, tenant: str, questions: t.Sequence[Question]
+) -> list[tuple[int, str]]:
     """Expected items that name no memory of the question's user (by id or exact text).
 
     Each user's memories are read once, keeping only the ids and texts some

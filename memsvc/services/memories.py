@@ -31,9 +31,12 @@ from ..models import dedupe_key
 from ..observability import tracing
 from ..search import Scope
 from ..search import SearchCache
+from ..search import SearchRequest
 from ..search import search as search_memories
 from ..search.filters import Filter
+from ..search.filters import MetadataBudget
 from ..store import Store
+from ..store import VectorSource
 from . import timing
 
 
@@ -111,7 +114,7 @@ def threshold_for(mode: str, given: float | None, default: float) -> float:
 
 
 def search(
-    store: Store,
+    store: VectorSource,
     embedder: Embedder,
     tenant: str,
     user_id: str,
@@ -124,6 +127,7 @@ def search(
     created_after: int | None = None,
     created_before: int | None = None,
     mode: str = "semantic",
+    max_filter_bytes: int | None = None,
 ) -> list[ScoredMemory]:
     """The ``limit`` best memories for ``query`` with similarity >= ``threshold``.
 
@@ -131,14 +135,14 @@ def search(
     ``cache``; ``keyword``: full-text matches of the query's words, best
     first; ``hybrid``: both rankings fused. Similarity is always the cosine
     similarity, clamped into [0, 1]. Only memories that pass ``filter`` and
-    were created inside the bounds compete.
+    were created inside the bounds compete; the filter reads at most
+    ``max_filter_bytes`` of metadata (:class:`~memsvc.search.filters.MetadataBudget`).
     """
     vector = query_vector(embedder, query)
-    scope = Scope(clock.now_ms(), filter, created_after, created_before)
+    scope = Scope(clock.now_ms(), filter, created_after, created_before, _budget(max_filter_bytes))
+    request = SearchRequest(tenant, user_id, vector, query, limit, threshold, scope, mode)
     with tracing.span("search", mode=mode):
-        return search_memories(
-            store, cache, tenant, user_id, vector, query, limit, threshold, scope, mode
-        )
+        return search_memories(store, cache, request)
 
 
 def get_all(
@@ -153,12 +157,15 @@ def get_all(
     created_before: int | None = None,
     selection: Selection | None = None,
     max_bytes: int | None = None,
+    max_filter_bytes: int | None = None,
 ) -> list[Memory]:
     """A page of a user's memories, newest first, after the memory ``cursor`` if given.
 
     :raises PayloadTooLarge: the page would take more than ``max_bytes`` (its
         text and metadata), checked as rows are read, so a huge page is
         never built.
+    :raises BadRequest: the ``filter`` would read more than ``max_filter_bytes``
+        of metadata to fill the page.
     """
     now = clock.now_ms()
     out: list[Memory] = []
@@ -181,9 +188,8 @@ def get_all(
             created_after=created_after,
             created_before=created_before,
             selection=selection,
+            admit=_admit(filter, max_filter_bytes),
         ):
-            if filter and not filter.matches(memory.metadata):
-                continue
             out.append(memory)
             if max_bytes is not None:
                 max_bytes -= _size(memory.content, memory.metadata)
@@ -192,6 +198,20 @@ def get_all(
             if len(out) == limit:
                 break
     return out
+
+
+def _budget(max_filter_bytes: int | None) -> MetadataBudget:
+    return MetadataBudget() if max_filter_bytes is None else MetadataBudget(max_filter_bytes)
+
+
+def _admit(
+    filter: Filter | None, max_filter_bytes: int | None
+) -> t.Callable[[str], dict[str, t.Any] | None] | None:
+    """What a listing with ``filter`` keeps of each memory's metadata text (None: every one)."""
+    if not filter:
+        return None
+    budget = _budget(max_filter_bytes)
+    return lambda text: filter.parse_if_matches(text, budget)
 
 
 def _size(content: str, metadata: dict[str, t.Any]) -> int:

@@ -6,11 +6,11 @@ import typing as t
 
 from ..embeddings import Embedder
 from ..embeddings.windows import document_vectors
-from ..store import Store
+from ..store import FullStore
 
 
 def reembed(
-    store: Store,
+    store: FullStore,
     embedder: Embedder,
     batch_size: int = 64,
     progress: t.Callable[[int], None] = lambda done: None,

@@ -59,7 +59,7 @@ from ..embeddings.windows import document_vectors
 from ..models import ApiKey
 from ..models import Memory
 from ..models import Version
-from ..store import Store
+from ..store import FullStore
 from ..text import InvalidText
 from ..text import shown
 from .import_lines import KeyLine
@@ -105,12 +105,12 @@ def _vector_text(vector: np.ndarray) -> str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
-def count(store: Store, tenant: str | None, user_id: str | None) -> int:
+def count(store: FullStore, tenant: str | None, user_id: str | None) -> int:
     return store.count_memories(tenant, user_id, clock.now_ms())
 
 
 def export(
-    store: Store,
+    store: FullStore,
     out: t.TextIO,
     *,
     tenant: str | None = None,
@@ -286,7 +286,7 @@ def _read(line: str, number: int, dims: int, limits: Rules) -> MemoryLine | KeyL
         raise InvalidImport(f"line {number}: {e}") from None
 
 
-def _plan_keys(store: Store, keys: list[KeyLine], limits: Rules) -> _KeyPlan:
+def _plan_keys(store: FullStore, keys: list[KeyLine], limits: Rules) -> _KeyPlan:
     """Which of the file's keys are new; :class:`InvalidImport` for one that cannot be added.
 
     A key whose id the database has is there already (an earlier run). A
@@ -328,7 +328,7 @@ def _plan_keys(store: Store, keys: list[KeyLine], limits: Rules) -> _KeyPlan:
     return plan
 
 
-def check(store: Store, lines: t.Iterable[str], limits: Rules) -> Checked:
+def check(store: FullStore, lines: t.Iterable[str], limits: Rules) -> Checked:
     """Read the whole file by the rules import applies; :class:`InvalidImport` names a bad line.
 
     Writes nothing. Keys are checked against the database's as well.
@@ -360,7 +360,7 @@ def check(store: Store, lines: t.Iterable[str], limits: Rules) -> Checked:
 
 
 def import_(
-    store: Store,
+    store: FullStore,
     embedder: Embedder,
     lines: t.Iterable[str],
     checked: Checked,

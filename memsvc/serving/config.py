@@ -19,8 +19,8 @@ import typing as t
 from .. import settings as _settings
 from ..errors import ConfigError
 from ..observability import metrics
-from ..search.shared import clear_snapshots
-from ..search.shared import shared_dir
+from ..search.snapshot_dir import clear_snapshots
+from ..search.snapshot_dir import shared_dir
 
 __all__ = [
     "bind", "workers", "threads", "worker_class", "access_log_format", "timeout",

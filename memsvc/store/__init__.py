@@ -1,7 +1,11 @@
 """Where memsvc keeps its data: a SQLite file (the default) or PostgreSQL.
 
-:class:`Store` is the contract both stores keep (:mod:`.base`), and
-:class:`~.sql.SqlStore` what they share of it, written once (:mod:`.sql`);
+:class:`FullStore` is the contract both stores keep (:mod:`.base`): a
+tenant's memories and keys and what every store must do (:class:`Store`),
+sessions of messages (:class:`Conversations`, :mod:`.sessions`), what search
+reads (:class:`VectorSource`, :mod:`.vector_source`), export, import and
+re-embedding (:class:`Bulk`, :class:`Reembedding`, :mod:`.bulk`).
+:class:`~.sql.SqlStore` is what the two share of it, written once (:mod:`.sql`);
 :class:`Backend` is a whole database of either kind (:mod:`.backend`): its
 connections, limiter, preparation and locks. :func:`open_backend` picks one from
 ``MEMSVC_DATABASE``: a ``postgresql://`` URL selects PostgreSQL with
@@ -19,18 +23,25 @@ from .backend import Backend
 from .backend import BackupError
 from .backend import BackupRefused
 from .backend import DatabaseInUse
-from .base import Entry
+from .base import FullStore
 from .base import Store
-from .base import UserState
+from .bulk import Bulk
+from .bulk import Reembedding
 from .schema import SCHEMA_VERSION
 from .schema import StoreMismatch
+from .sessions import Conversations
 from .sqlite import Database
 from .sqlite import SqliteStore
 from .sqlite import connect
+from .vector_source import Entries
+from .vector_source import Entry
+from .vector_source import UserState
+from .vector_source import VectorSource
 
 __all__ = [
-    "Backend", "BackupError", "BackupRefused", "Database", "DatabaseInUse", "Entry",
-    "SCHEMA_VERSION", "SqliteStore", "Store", "StoreMismatch", "UserState", "connect",
+    "Backend", "BackupError", "BackupRefused", "Bulk", "Conversations", "Database",
+    "DatabaseInUse", "Entries", "Entry", "FullStore", "Reembedding", "SCHEMA_VERSION",
+    "SqliteStore", "Store", "StoreMismatch", "UserState", "VectorSource", "connect",
     "is_postgres", "open_backend", "storage_problem",
 ]  # fmt: skip
 

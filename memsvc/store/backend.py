@@ -19,7 +19,8 @@ import typing as t
 
 from ..errors import ConfigError
 from ..limits import KeyLimiter
-from .base import Store
+from . import schema
+from .base import FullStore
 from .schema import StoreMismatch
 
 
@@ -120,7 +121,7 @@ class Backend(abc.ABC):
     # -- connections -----------------------------------------------------------------
 
     @abc.abstractmethod
-    def store(self) -> Store:
+    def store(self) -> FullStore:
         """A store on this thread's connection (until :meth:`release`)."""
 
     def release(self) -> None:
@@ -175,7 +176,7 @@ class Backend(abc.ABC):
             store.migrate(embedder_id, dimensions)
             store.check_schema()
             if check_embedder:
-                store.check_embedder(embedder_id, dimensions)
+                schema.check_recorded(store.embedder(), embedder_id, dimensions)
         except ConfigError:
             raise
         except StoreMismatch as e:

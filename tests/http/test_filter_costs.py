@@ -7,6 +7,7 @@ import json
 import threading
 import time
 import tracemalloc
+import typing as t
 import uuid
 
 import numpy as np
@@ -17,8 +18,9 @@ from memsvc.api.context import runtime
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import SearchRequest
 from memsvc.search import filters
-from memsvc.search import nearest
+from memsvc.search import search as run_search
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
 from tests.support.helpers import maintenance_round
@@ -89,10 +91,8 @@ def test_repeated_large_filters_keep_a_workers_memory_bounded(store, hash_embedd
 
     def search(round_: int) -> None:
         flt = {f"r{round_}k{i}": {"exists": False} for i in range(filters.MAX_CONDITIONS)}
-        found = nearest(
-            store, cache, "t", "u", query_vector, 10, -1.0,
-            Scope(clock.now_ms(), filters.parse(flt)),
-        )  # fmt: skip
+        scope = Scope(clock.now_ms(), filters.parse(flt))
+        found = run_search(store, cache, SearchRequest("t", "u", query_vector, "", 10, -1.0, scope))
         assert len(found) == 10
 
     for r in range(5):
@@ -160,3 +160,78 @@ def test_a_long_read_never_makes_another_tenants_writes_wait(
         # The read is over: the next round empties the WAL, and the erased text is gone.
         maintenance_round(app)
         assert marker.encode() not in on_disk(database)
+
+
+def deep_metadata(seed: int, size: int = 60_000, depth: int = 30) -> dict:
+    """About ``size`` bytes of metadata nested ``depth`` levels deep under ``a``: each level
+    holds small leaves beside the next (``n``), within the documented limits."""
+    per = max(1, size // depth // 23)
+    node: dict = {"leaf": seed}
+    for level in range(depth - 1):
+        node = {**{f"k{i}": [i, {"x": f"{seed}-{level}"}] for i in range(per)}, "n": node}
+    return {"a": node}
+
+
+#: 30 ``ne`` conditions on ever deeper values of deep_metadata and one ``exists`` (1.3 KB):
+#: each value compared is most of a memory's metadata.
+DEEP_FILTER = {"a" + ".n" * i: {"ne": f"not this {i}"} for i in range(30)}
+DEEP_FILTER["a" + ".n" * 29 + ".leaf"] = {"exists": True}
+
+
+def add_deep(client: t.Any, auth: dict[str, str], user: str, count: int) -> None:
+    for i in range(count):
+        metadata = deep_metadata(i)
+        assert 55_000 < len(json.dumps(metadata, separators=(",", ":"))) <= 65_536
+        body = {"userId": user, "content": f"deep {i}", "metadata": metadata}
+        data(mutate(client, "memory.add", body, headers=auth))
+
+
+def cpu(call: t.Callable[[], t.Any]) -> tuple[t.Any, float]:
+    """What ``call`` returns, and the CPU time it took this thread (the app runs in it)."""
+    started = time.thread_time()
+    out = call()
+    return out, time.thread_time() - started
+
+
+def test_a_filter_costs_about_what_reading_the_memories_does(client, auth):
+    """25 memories of 60 KB metadata nested 30 deep, a filter of 30 ``ne`` on deep values:
+    the filtered listing and the first filtered search cost about what reading those
+    memories costs, not a whole value's comparison per condition (4.5 s per call before)."""
+    assert len(json.dumps(DEEP_FILTER, separators=(",", ":"))) > 1200
+    add_deep(client, auth, "deep", 25)
+    body = {"userId": "deep", "limit": 25}
+    listed, plain = cpu(lambda: data(query(client, "memory.getAll", body, headers=auth)))
+    assert len(listed) == 25
+    flt = {**body, "filter": DEEP_FILTER}
+    found, filtered = cpu(lambda: data(query(client, "memory.getAll", flt, headers=auth)))
+    assert [m["id"] for m in found] == [m["id"] for m in listed]
+    assert filtered < 3 * plain + 0.1, (filtered, plain)
+
+    search = {"userId": "deep", "query": "deep", "limit": 25, "threshold": 0}
+    everything, unfiltered = cpu(lambda: data(query(client, "memory.search", search, headers=auth)))
+    deep = {**search, "filter": DEEP_FILTER}
+    matched, first = cpu(lambda: data(query(client, "memory.search", deep, headers=auth)))
+    assert [m["id"] for m in matched] == [m["id"] for m in everything]
+    assert first < 3 * unfiltered + 0.1, (first, unfiltered)
+
+
+@pytest.mark.parametrize("cache_mb", [64, 0], ids=["cached", "store"])
+def test_a_filter_examines_no_more_metadata_than_one_call_may(configured, cache_mb):
+    """Past ``MEMSVC_MAX_FILTER_SCAN_BYTES`` of metadata examined, a filtered call is refused
+    with 400, on every path: a listing, a search of a cached user, a search through the store."""
+    client, auth = configured(MAX_FILTER_SCAN_BYTES=1_000_000, SEARCH_CACHE_MB=cache_mb)
+    add_deep(client, auth, "large", 20)  # 1.2 MB of metadata
+    add_deep(client, auth, "small", 5)
+    flt = {"a.n.leaf": {"exists": False}}
+    calls = [
+        ("memory.getAll", {"filter": flt}),
+        ("memory.search", {"query": "deep", "threshold": 0, "filter": flt}),
+        ("memory.search", {"query": "deep", "threshold": 0, "filter": flt, "mode": "keyword"}),
+    ]
+    for path, body in calls:
+        assert data(query(client, path, {"userId": "small", **body}, headers=auth)) != []
+        refused = query(client, path, {"userId": "large", **body}, headers=auth)
+        error = assert_error(refused, 400, "BAD_REQUEST", path)
+        assert "MEMSVC_MAX_FILTER_SCAN_BYTES" in error["message"], error
+        unfiltered = {k: v for k, v in body.items() if k != "filter"}
+        assert data(query(client, path, {"userId": "large", **unfiltered}, headers=auth)) != []

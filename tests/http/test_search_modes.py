@@ -211,3 +211,46 @@ def test_keyword_ranking_reads_back_nothing_of_other_tenants_words(configured, c
     for headers, memory_id in planted:
         mutate(client, "memory.delete", {"id": memory_id}, headers=headers)
         assert seen() == baseline
+
+
+def test_no_tenant_can_count_the_queries_others_ask(configured):
+    """Each tenant's recent queries are its own: however many distinct queries another
+    tenant asks, a query asked before stays as fast (no other tenant's entry evicts it),
+    and a tenant's own queries evict its own, least recently asked first."""
+    client, auth = configured(QUERY_CACHE_ENTRIES=4)
+    calls = []
+    model = client.application.extensions["memsvc"].embedder
+
+    class Counting(Embedder):
+        model_id, dimensions = model.model_id, model.dimensions
+        batch_invariant = model.batch_invariant
+
+        def windows(self, text):
+            return model.windows(text)
+
+        def embed(self, texts):
+            calls.extend(texts)
+            return model.embed(texts)
+
+        def warm_up(self):
+            pass
+
+    client.application.extensions["memsvc"].embedder = Counting()
+    with client.application.app_context():
+        from memsvc.api.context import store as request_store
+        from memsvc.services import keys
+
+        other = {"x-api-key": keys.create(request_store(), "tenant-B", "b", "memsvc").secret}
+
+    def ask(headers, text):
+        before = len(calls)
+        body = {"userId": "u", "query": text, "threshold": 0}
+        assert data(query(client, "memory.search", body, headers=headers)) == []
+        return len(calls) > before  # whether the model ran
+
+    assert ask(auth, "what does the user eat?")
+    for i in range(6):  # more distinct queries than the cache holds, by another tenant
+        assert ask(other, f"question {i} of tenant B")
+    assert not ask(auth, "what does the user eat?")
+    assert not ask(other, "question 5 of tenant B")
+    assert ask(other, "question 0 of tenant B")  # its own oldest went, for its own

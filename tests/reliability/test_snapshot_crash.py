@@ -29,7 +29,7 @@ import pytest
 import requests
 
 from memsvc.models import Memory
-from memsvc.search import shared
+from memsvc.search import snapshot_file
 from tests.support.fake_provider import UnitProvider
 from tests.support.fake_provider import unit_vector
 from tests.support.servers import start_server
@@ -63,7 +63,7 @@ def workers(pid: int) -> list[int]:
 
 
 def temporary(folder: pathlib.Path) -> list[str]:
-    return [n for n in os.listdir(folder) if n.endswith(shared.TMP_SUFFIX)]
+    return [n for n in os.listdir(folder) if n.endswith(snapshot_file.TMP_SUFFIX)]
 
 
 def check_files(folder: pathlib.Path, database: str) -> int:
@@ -74,9 +74,9 @@ def check_files(folder: pathlib.Path, database: str) -> int:
     finally:
         close_store(store)
     content = dict(rows)
-    files = [folder / n for n in os.listdir(folder) if n.endswith(shared.SUFFIX)]
+    files = [folder / n for n in os.listdir(folder) if n.endswith(snapshot_file.SUFFIX)]
     for path in files:
-        f = shared.open_file(str(path), "tenant-A", USER, DIMS)
+        f = snapshot_file.open_file(str(path), "tenant-A", USER, DIMS)
         assert f is not None, f"{path.name} does not open whole"
         expected = np.stack([unit_vector(content[int(v)], DIMS) for v in f.vids])
         assert np.array_equal(f.matrix, expected)

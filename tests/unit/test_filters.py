@@ -9,7 +9,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from memsvc.search import columns as columns_module
 from memsvc.search import filters
+from memsvc.search import matching
 from tests.support import figures
 
 DOC = {
@@ -76,8 +78,8 @@ DOC = {
 def test_what_a_filter_matches(flt, expected):
     parsed = filters.parse(flt)
     assert parsed.matches(DOC) is expected
-    columns = filters.Columns([json.dumps(DOC), json.dumps({})])
-    assert list(parsed.mask(columns)) == [expected, filters.parse(flt).matches({})]
+    columns = columns_module.Columns([json.dumps(DOC), json.dumps({})])
+    assert list(columns.mask(parsed)) == [expected, filters.parse(flt).matches({})]
 
 
 @pytest.mark.parametrize(
@@ -142,8 +144,8 @@ filters_ = st.dictionaries(st.sampled_from(KEYS), operators, max_size=3)
 def test_the_cached_columns_answer_as_matches_does(docs, flt):
     parsed = filters.parse(flt)
     expected = [parsed.matches(d) for d in docs]
-    columns = filters.Columns([json.dumps(d) for d in docs])
-    assert list(parsed.mask(columns)) == expected
+    columns = columns_module.Columns([json.dumps(d) for d in docs])
+    assert list(columns.mask(parsed)) == expected
     figures.count("filter evaluations", len(docs), "memories checked against the plain filter")
 
 
@@ -155,8 +157,45 @@ def test_the_cached_columns_answer_as_matches_does(docs, flt):
 )
 def test_columns_extended_with_new_memories_answer_as_built_afresh(before, after, flt):
     parsed = filters.parse(flt)
-    columns = filters.Columns([json.dumps(d) for d in before])
-    parsed.mask(columns)  # built, then extended as the search cache does on new memories
+    columns = columns_module.Columns([json.dumps(d) for d in before])
+    columns.mask(parsed)  # built, then extended as the search cache does on new memories
     grown = columns.extended([json.dumps(d) for d in after])
-    assert list(parsed.mask(grown)) == [parsed.matches(d) for d in before + after]
-    assert list(parsed.mask(columns)) == [parsed.matches(d) for d in before]
+    assert list(grown.mask(parsed)) == [parsed.matches(d) for d in before + after]
+    assert list(columns.mask(parsed)) == [parsed.matches(d) for d in before]
+
+
+@settings(max_examples=150 * figures.SCALE, deadline=None)
+@given(docs=st.lists(metadata, min_size=1, max_size=5), order=st.randoms(), flt=filters_)
+def test_columns_over_repeated_texts_answer_as_each_text_alone(docs, order, flt):
+    """Equal texts are parsed once and their columns copied: the same answers."""
+    parsed = filters.parse(flt)
+    texts = [json.dumps(d) for d in docs] * 3
+    order.shuffle(texts)
+    columns = columns_module.Columns(texts)
+    assert list(columns.mask(parsed)) == [parsed.matches(json.loads(text)) for text in texts]
+
+
+def test_a_condition_compares_no_more_than_its_operand_whatever_the_value():
+    """An equality against a huge value walks the operand only (and stops at a difference)."""
+    huge = {"a": {f"k{i}": {"deep": list(range(50))} for i in range(2000)}}
+    steps = []
+    original = matching.kind
+
+    def counting(value):
+        steps.append(1)
+        return original(value)
+
+    for flt, expected in (
+        ({"a": {"ne": {"k1": 1}}}, True),
+        ({"a.k1": {"eq": {"deep": [0, 1]}}}, False),
+        ({"a.k1.deep": {"in": [[0], "x", 3]}}, False),
+        ({"a.k1.deep": {"contains": 49}}, True),
+    ):
+        parsed = filters.parse(flt)
+        steps.clear()
+        matching.kind = counting
+        try:
+            assert parsed.matches(huge) is expected
+        finally:
+            matching.kind = original
+        assert len(steps) < 200, (flt, len(steps))

@@ -14,7 +14,7 @@ import pytest
 
 from memsvc import terms
 from memsvc.search import SearchCache
-from memsvc.search import keyword
+from memsvc.search import bm25
 from memsvc.services import memories
 from tests.support.helpers import HashEmbedder
 
@@ -78,7 +78,7 @@ def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first()
         (common, 4, 3, 10),
         (common, 5, 1, 100),
     ]
-    found = keyword.rank(postings, {rare: False, common: False}, documents=6, total_terms=150)
+    found = bm25.rank(postings, {rare: False, common: False}, documents=6, total_terms=150)
     order = found.seqs.tolist()
     assert order[0] == 3  # holds the rare word
     assert order.index(4) < order.index(2)  # three mentions beat one
@@ -91,15 +91,15 @@ def test_bm25_ranks_rarer_words_more_frequent_mentions_and_shorter_texts_first()
 
 
 def test_a_query_word_no_memory_holds_weighs_as_the_rarest():
-    held = keyword.rank([(7, 1, 1, 5)], {7: False}, documents=10, total_terms=50).strength[0]
+    held = bm25.rank([(7, 1, 1, 5)], {7: False}, documents=10, total_terms=50).strength[0]
     assert held == pytest.approx(1.0)
-    half = keyword.rank([(7, 1, 1, 5)], {7: False, 8: False}, 10, 50).strength[0]
+    half = bm25.rank([(7, 1, 1, 5)], {7: False, 8: False}, 10, 50).strength[0]
     # The word held is held by one memory, as rare as a word can be: an even share.
     assert half == pytest.approx(0.5)
-    common = keyword.rank([(7, i, 1, 5) for i in range(1, 8)], {7: False, 8: False}, 10, 50)
+    common = bm25.rank([(7, i, 1, 5) for i in range(1, 8)], {7: False, 8: False}, 10, 50)
     assert common.strength[0] < 0.25  # a word most memories hold: a small share
     # A code weighs three times its rarity: holding it is most of the query.
-    code = keyword.rank([(7, 1, 1, 5)], {7: True, 8: False}, 10, 50).strength[0]
+    code = bm25.rank([(7, 1, 1, 5)], {7: True, 8: False}, 10, 50).strength[0]
     assert code == pytest.approx(0.75)
     assert terms.codes("What's wrong with bay 241?") == {
         terms.term_hash("wrong"): False,

@@ -17,9 +17,11 @@ from memsvc import clock
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import SearchRequest
 from memsvc.search import cache as cache_module
 from memsvc.search import filters
-from memsvc.search import nearest
+from memsvc.search import records as records_module
+from memsvc.search import search as run_search
 from memsvc.search.exact import exact_similarity
 from tests.support.stores import close_store
 from tests.support.stores import open_store
@@ -102,7 +104,7 @@ def ids(results):
 
 def search(store, cache, user, query, k, threshold, tenant="t", scope=None):
     scope = scope or Scope(clock.now_ms())
-    found = nearest(store, cache, tenant, user, query, k, threshold, scope)
+    found = run_search(store, cache, SearchRequest(tenant, user, query, "", k, threshold, scope))
     return [(r.memory, r.similarity) for r in found]
 
 
@@ -433,14 +435,14 @@ def test_the_memories_a_snapshot_keeps_are_bounded(db, monkeypatch):
     _, store = db
     rng = np.random.default_rng(6)
     add(store, rng.standard_normal((30, DIMS)).astype(np.float32))
-    monkeypatch.setattr(cache_module.Records, "MAX_MEMORIES", 4)
+    monkeypatch.setattr(records_module.Records, "MAX_MEMORIES", 4)
     cache = SearchCache(2**20, DIMS)
     query = rng.standard_normal(DIMS).astype(np.float32)
     for k in (3, 10, 30):
         assert search(store, cache, "u", query, k, -1) == search(store, None, "u", query, k, -1)
     assert len(cache.peek("t", "u").records.found) == 4
-    monkeypatch.setattr(cache_module.Records, "MAX_MEMORIES", 1024)
-    monkeypatch.setattr(cache_module.Records, "MAX_BYTES", 1)
+    monkeypatch.setattr(records_module.Records, "MAX_MEMORIES", 1024)
+    monkeypatch.setattr(records_module.Records, "MAX_BYTES", 1)
     fresh = SearchCache(2**20, DIMS)
     assert search(store, fresh, "u", query, 30, -1) == search(store, None, "u", query, 30, -1)
     assert len(fresh.peek("t", "u").records.found) == 1
@@ -472,9 +474,9 @@ class _statements:
             self._send_prepared = self.store._send_prepared
 
             def send_prepared(name, params):  # sent ahead, read later (PgStore.memories_ahead)
-                from memsvc.store.postgres.store import _AHEAD
+                from memsvc.store.postgres.ahead import AHEAD
 
-                self.seen.append(_AHEAD[name][1])
+                self.seen.append(AHEAD[name][1])
                 return self._send_prepared(name, params)
 
             self.store._send_prepared = send_prepared
@@ -491,12 +493,12 @@ class _statements:
 
 @pytest.mark.parametrize("windows", [[], [1], [1, 1, 1], [3], [1, 2, 1, 4, 1], [2, 2]])
 def test_vector_ids_of_memories_are_each_memorys_windows_in_turn(windows):
-    from memsvc.store import Entry
+    from memsvc.store import Entries
 
     firsts = [5 + sum(windows[:i]) + 7 * i for i in range(len(windows))]  # gaps between them
-    entries = [
-        Entry(i, f, w, 0, None, "{}") for i, (f, w) in enumerate(zip(firsts, windows, strict=True))
-    ]
+    entries = Entries.of_rows(
+        (i, f, w, 0, None, "{}") for i, (f, w) in enumerate(zip(firsts, windows, strict=True))
+    )
     expected = [f + k for f, w in zip(firsts, windows, strict=True) for k in range(w)]
-    got = cache_module._vids(entries)
+    got = entries.vids()
     assert got.dtype == np.int64 and got.tolist() == expected

@@ -14,10 +14,12 @@ import psycopg
 import pytest
 
 from memsvc import clock
-from memsvc import search as search_module
 from memsvc.models import Memory
 from memsvc.search import Scope
 from memsvc.search import SearchCache
+from memsvc.search import SearchRequest
+from memsvc.search import search as run_search
+from memsvc.search import semantic
 from memsvc.search.filters import parse as parse_filter
 from memsvc.store.postgres import PgStore
 from memsvc.store.postgres.connection import register_vector
@@ -62,7 +64,7 @@ def add(store, vectors, user="u", metadata=None):
 def search(store, cache, query, k=5, scope=None):
     """A semantic search as memory.search makes it."""
     scope = scope or Scope(clock.now_ms())
-    found = search_module.search(store, cache, "t", "u", query, "", k, 0.0, scope, "semantic")
+    found = run_search(store, cache, SearchRequest("t", "u", query, "", k, 0.0, scope, "semantic"))
     return [r.memory.id for r in found]
 
 
@@ -173,7 +175,7 @@ def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
     cache = SearchCache(2**20, DIMS)
     query = rng.standard_normal(DIMS).astype(np.float32)
     search(store, cache, query)
-    monkeypatch.setattr(search_module, "SCAN_FIRST_FLOATS", 39 * DIMS)
+    monkeypatch.setattr(semantic, "SCAN_FIRST_FLOATS", 39 * DIMS)
     found, n = trips(conn, lambda: search(store, cache, query))
     assert n == 4  # BEGIN, the counters, the memories, COMMIT
     assert found == search(store, None, query)
@@ -182,10 +184,10 @@ def test_a_large_user_is_checked_before_it_is_scanned(counted, monkeypatch):
 @pytest.mark.parametrize("dims, block", [(1536, 32), (1536, 1), (7, 3), (32, 1000)])
 def test_a_users_vectors_load_whole_through_copy(database, monkeypatch, dims, block):
     """Blocks of any number of vectors, vectors of any size: the same vectors."""
-    from memsvc.store.postgres import store as pg_store
+    from memsvc.store.postgres import vector_copy
     from tests.support.stores import raw_vector
 
-    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", block)
+    monkeypatch.setattr(vector_copy, "BLOCK_VECTORS", block)
     store = open_store(database)
     try:
         store.migrate("test:random", dims)
@@ -216,7 +218,7 @@ def test_a_users_vectors_load_whole_through_copy(database, monkeypatch, dims, bl
 
 def test_a_copy_of_vector_blocks_reads_alike_wherever_its_chunks_end(database):
     """The stream cut anywhere (mid-header, mid-row, several rows at once): the same array."""
-    from memsvc.store.postgres.store import _VectorBlocks
+    from memsvc.store.postgres.vector_copy import VectorBlocks
 
     store = open_store(database)
     try:
@@ -238,17 +240,17 @@ def test_a_copy_of_vector_blocks_reads_alike_wherever_its_chunks_end(database):
     finally:
         close_store(store)
     for cut in (1, 2, 5, 19, 31, 64, 1000, len(stream)):
-        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=1)
+        reader = VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=1)
         for start in range(0, len(stream), cut):
             reader.feed(bytes(stream[start : start + cut]))
         got = reader.finish("these")
         assert got.shape == (11, 7) and np.array_equal(got[:10], vectors) and not got[10].any()
     with pytest.raises(RuntimeError, match="these: found 10 of 11"):
-        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 1], spare=0)
+        reader = VectorBlocks([0, 4, 8, 10], [4, 4, 2, 1], spare=0)
         reader.feed(stream)
         reader.finish("these")
     with pytest.raises(RuntimeError, match="did not end"):
-        reader = _VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=0)
+        reader = VectorBlocks([0, 4, 8, 10], [4, 4, 2, 0], spare=0)
         reader.feed(stream[:-2])
         reader.finish("these")
 

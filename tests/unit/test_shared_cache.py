@@ -16,9 +16,9 @@ import pytest
 
 from memsvc.models import Memory
 from memsvc.search import SearchCache
-from memsvc.search import cache as cache_module
-from memsvc.search import shared
-from memsvc.store.postgres import store as pg_store
+from memsvc.search import building
+from memsvc.search import snapshot_file
+from memsvc.store.postgres import vector_copy
 from memsvc.store.sqlite import vec0
 from tests.support.servers import REPO
 from tests.support.stores import close_store
@@ -41,7 +41,7 @@ def workers(folder: pathlib.Path, n: int = 2, max_bytes: int = 64 * 2**20, min_b
 
 
 def temporary(folder: pathlib.Path) -> list[str]:
-    return [n for n in os.listdir(folder / "snapshots") if n.endswith(shared.TMP_SUFFIX)]
+    return [n for n in os.listdir(folder / "snapshots") if n.endswith(snapshot_file.TMP_SUFFIX)]
 
 
 def test_workers_map_one_file_and_see_each_others_writes(db, tmp_path):  # noqa: F811
@@ -85,7 +85,7 @@ def test_a_damaged_file_is_not_read_and_is_replaced(db, tmp_path):  # noqa: F811
     pathlib.Path(path).write_bytes(data[: len(data) // 2])
     [b] = workers(tmp_path, 1)
     check_all_paths(store, b, "u", query, 10, 0)
-    assert shared.open_file(path, "t", "u", DIMS) is not None  # published whole again
+    assert snapshot_file.open_file(path, "t", "u", DIMS) is not None  # published whole again
 
 
 def test_small_users_stay_in_the_worker(db, tmp_path):  # noqa: F811
@@ -107,7 +107,7 @@ def test_the_files_count_once_against_the_budget(db, tmp_path):  # noqa: F811
     rng = np.random.default_rng(4)
     for u in range(6):
         add(store, rng.standard_normal((200, DIMS)).astype(np.float32), user=f"u{u}")
-    one = 200 * (DIMS * 4 + 12) + shared.HEADER_BYTES + 4096
+    one = 200 * (DIMS * 4 + 12) + snapshot_file.HEADER_BYTES + 4096
     caches = workers(tmp_path, 3, max_bytes=3 * one)
     query = rng.standard_normal(DIMS).astype(np.float32)
     for u in range(6):
@@ -164,7 +164,7 @@ def test_maintenance_leaves_no_erased_vector_in_a_file(db, tmp_path, kind):  # n
     leftovers = b"".join(p.read_bytes() for p in (tmp_path / "snapshots").iterdir())
     assert victim not in leftovers
     if kind == "deleted memory":
-        f = shared.open_file(str(path), "t", "u", DIMS)
+        f = snapshot_file.open_file(str(path), "t", "u", DIMS)
         assert f is not None and f.header.rows == 59
         check_all_paths(store, a, "u", query, 5, 0)
     else:
@@ -198,8 +198,8 @@ def add_windows(store, rng, count, user="u"):
 
 def small_blocks(monkeypatch):
     monkeypatch.setattr(vec0, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
-    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)
-    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
+    monkeypatch.setattr(vector_copy, "BLOCK_VECTORS", 3)
+    monkeypatch.setattr(vector_copy.VectorsHandedOn, "BLOCK_BYTES", 10 * DIMS * 4)  # 10 rows
 
 
 def test_a_first_load_writes_the_file_that_publishing_the_whole_user_would(
@@ -221,8 +221,8 @@ def test_a_first_load_writes_the_file_that_publishing_the_whole_user_would(
     # As the first load wrote it before: every vector read into memory, then published.
     [b] = workers(tmp_path / "before", 1)
     with store.read():
-        whole = cache_module.load(store, "t", "u", store.user_state("t", "u"))
-    assert b._publish("t", "u", whole) is not None
+        whole = building.load(store, "t", "u", store.user_state("t", "u"))
+    assert b.sharing.publish("t", "u", whole) is not None
     assert pathlib.Path(b.files.file_of("t", "u")).read_bytes() == written
     assert temporary(tmp_path / "now") == []
 
@@ -241,7 +241,7 @@ def test_a_first_file_that_cannot_be_written_leaves_the_user_in_the_worker(
     add_windows(store, rng, 120)
     dims = DIMS
     if fault == "the disk fills up":
-        pwrite, calls = shared._pwrite, []
+        pwrite, calls = snapshot_file._pwrite, []
 
         def failing(fd, data, offset):
             calls.append(offset)
@@ -249,7 +249,7 @@ def test_a_first_file_that_cannot_be_written_leaves_the_user_in_the_worker(
                 raise OSError(errno.ENOSPC, "No space left on device")
             pwrite(fd, data, offset)
 
-        monkeypatch.setattr(shared, "_pwrite", failing)
+        monkeypatch.setattr(snapshot_file, "_pwrite", failing)
     else:
         dims = DIMS + 1  # this worker's embedder is not the one the vectors came from
     [a] = [SearchCache(64 * MB, dims, shared_dir=str(tmp_path / "snapshots"), share_min_bytes=0)]
@@ -257,8 +257,8 @@ def test_a_first_file_that_cannot_be_written_leaves_the_user_in_the_worker(
     for _ in range(2):
         check_all_paths(store, a, "u", query, 10, 0)  # (PostgreSQL: a COPY cancelled fails this)
     assert a._entries[("t", "u")].file is None
-    assert os.listdir(tmp_path / "snapshots") in ([], [shared.LOCK_NAME])
-    assert a._write_failed == (fault == "the disk fills up")
+    assert os.listdir(tmp_path / "snapshots") in ([], [snapshot_file.LOCK_NAME])
+    assert a.sharing.write_failed == (fault == "the disk fills up")
 
 
 ROWS, WIDE = 8000, 1536  # a 49 MB matrix
@@ -267,19 +267,20 @@ PEAK_SCRIPT = """
 import json, os, sys, threading, time
 import numpy as np
 from memsvc import clock
-from memsvc.search import Scope, SearchCache, nearest
-from memsvc.store.postgres import store as pg_store
+from memsvc.search import Scope, SearchCache, SearchRequest, search as run_search
+from memsvc.store.postgres import vector_copy
 from memsvc.store.sqlite import vec0
 from tests.support.stores import open_store
 
-vec0.BLOCK_BYTES = pg_store._VectorsHandedOn.BLOCK_BYTES = 1 << 20
+vec0.BLOCK_BYTES = vector_copy.VectorsHandedOn.BLOCK_BYTES = 1 << 20
 store = open_store(sys.argv[1])
 cache = SearchCache(1 << 30, {wide}, shared_dir=sys.argv[2], share_min_bytes=0)
 query = np.ones({wide}, dtype=np.float32)
 
 
 def search(user):
-    return nearest(store, cache, "t", user, query, 5, 0.0, Scope(clock.now_ms()))
+    request = SearchRequest("t", user, query, "", 5, 0.0, Scope(clock.now_ms()))
+    return run_search(store, cache, request)
 
 
 def anonymous():

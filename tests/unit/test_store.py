@@ -16,9 +16,9 @@ from memsvc.models import Version
 from memsvc.services import memories
 from memsvc.store import SCHEMA_VERSION
 from memsvc.store import SqliteStore
-from memsvc.store import Store
 from memsvc.store import StoreMismatch
 from memsvc.store import connect
+from memsvc.store.sql import SqlBulk
 from tests.support.stores import sql
 from tests.support.stores import tables_holding
 
@@ -46,8 +46,9 @@ def rand(dim=16, seed=0):
 
 def nearest(store, tenant, user, query, k, threshold):
     """The uncached search path over this store."""
-    found = search.nearest(
-        store, None, tenant, user, query, k, threshold, search.Scope(clock.now_ms())
+    scope = search.Scope(clock.now_ms())
+    found = search.search(
+        store, None, search.SearchRequest(tenant, user, query, "", k, threshold, scope)
     )
     return [(r.memory, r.similarity) for r in found]
 
@@ -168,24 +169,25 @@ def test_a_schema_4_database_upgrades_to_a_keyword_index_per_user(blank_store, s
         u1, u2 = store.user_state("t1", "u1"), store.user_state("t1", "u2")
         assert u1 is not None and u2 is not None and u1.user_key != u2.user_key
         assert (u1.count, u1.terms, u2.terms) == (2, 8, 5)
-        found = search.search(
-            store, None, "t1", "u1", rand(seed=1), "swims", 10, 0.0,
-            search.Scope(clock.now_ms()), mode="keyword",
-        )  # fmt: skip
+        request = search.SearchRequest(
+            "t1", "u1", rand(seed=1), "swims", 10, 0.0, search.Scope(clock.now_ms()), "keyword"
+        )
+        found = search.search(store, None, request)
     assert [r.memory.content for r in found] == [rows[0][1]]
     assert store.erasures() >= 0
 
 
 def _schema_5_rows(monkeypatch) -> None:
     """Make the stores write memories as schema 5 had them (no conversation columns)."""
-    from memsvc.store import sql as sql_module
+    from memsvc.store.sql import SqlStore
+    from memsvc.store.sql import memory_sql as sql_module
 
     columns = "id, tenant, user_id, content, metadata, created_at, updated_at, expires_at, version"
     monkeypatch.setattr(sql_module, "MEMORY_COLUMNS", columns)
     monkeypatch.setattr(sql_module, "MEMORY_WIDTH", 9)
     real = sql_module.record_values
     monkeypatch.setattr(sql_module, "record_values", lambda m: real(m)[:9])
-    monkeypatch.setattr(sql_module.SqlStore, "_sessions_grew", lambda self, memories: None)
+    monkeypatch.setattr(SqlStore, "_sessions_grew", lambda self, memories: None)
 
 
 def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
@@ -234,9 +236,9 @@ def test_a_schema_5_database_upgrades_to_vectors_with_their_floats(
         found = nearest(store, "t1", user, vectors[mine[1]], 3, 0.0)
         assert [m.id for m, _ in found][0] == memories[mine[1]].id
         cache = search.SearchCache(2**20, 16)
-        warm = search.nearest(
-            store, cache, "t1", user, vectors[mine[1]], 3, 0.0, search.Scope(clock.now_ms())
-        )
+        scope = search.Scope(clock.now_ms())
+        request = search.SearchRequest("t1", user, vectors[mine[1]], "", 3, 0.0, scope)
+        warm = search.search(store, cache, request)
         assert [(r.memory.id, r.similarity) for r in warm] == [(m.id, s) for m, s in found]
 
 
@@ -513,7 +515,7 @@ def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
     with store.read():
         rows = list(store.all_memories(None, None, clock.now_ms()))
         bulk = store.exported(rows)
-        one_by_one = Store.exported(store, rows)
+        one_by_one = SqlBulk.exported(store, rows)  # the shared one, memory by memory
     assert len(bulk) == len(one_by_one) == 30
     for (_, m, _, windows), (vs, hist), (vs1, hist1) in zip(rows, bulk, one_by_one, strict=True):
         assert vs.shape == (windows, 16)
@@ -525,12 +527,12 @@ def test_export_reads_in_bulk_what_it_would_read_memory_by_memory(store):
 
 def test_a_users_vectors_come_in_blocks_as_they_are_read_whole(store, store_kind, monkeypatch):
     """``vector_blocks``: every vector once, at its position, a few rows at a time; errors told."""
-    from memsvc.store.postgres import store as pg_store
+    from memsvc.store.postgres import vector_copy
     from memsvc.store.sqlite import vec0
 
     monkeypatch.setattr(vec0, "BLOCK_BYTES", 20 * 16 * 4)  # 20 rows
-    monkeypatch.setattr(pg_store, "_BLOCK_VECTORS", 3)  # blocks of 3 ids from PostgreSQL
-    monkeypatch.setattr(pg_store._VectorsHandedOn, "BLOCK_BYTES", 13 * 16 * 4)  # 13 rows on
+    monkeypatch.setattr(vector_copy, "BLOCK_VECTORS", 3)  # blocks of 3 ids from PostgreSQL
+    monkeypatch.setattr(vector_copy.VectorsHandedOn, "BLOCK_BYTES", 13 * 16 * 4)  # 13 rows on
     rng = np.random.default_rng(3)
     memories = [memory(user="u", content=f"fact {i}", created_at=i) for i in range(203)]
     vectors = [unit(rng.standard_normal((1 + i % 3, 16))) for i in range(203)]

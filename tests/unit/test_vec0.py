@@ -77,8 +77,9 @@ def test_many_users_each_get_their_own_chunks(store):
     chunks = count(store, "memory_vectors_chunks")
     assert chunks == 20
     for u in range(20):
-        [found] = search.nearest(
-            store, None, "t", f"u{u}", rand(seed=u), 5, 0, search.Scope(clock.now_ms())
+        scope = search.Scope(clock.now_ms())
+        [found] = search.search(
+            store, None, search.SearchRequest("t", f"u{u}", rand(seed=u), "", 5, 0, scope)
         )
         assert found.similarity == pytest.approx(1, abs=1e-6)
 

@@ -8,35 +8,31 @@ in a table of their own, sets of values travel as one array (``= ANY``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
-import struct
 import typing as t
-import weakref
 
 import numpy as np
 import psycopg
-import psycopg.sql
-from psycopg import generators
 from psycopg import pq
-from psycopg.adapt import Transformer
 from psycopg.pq import TransactionStatus
 
 from ...models import Memory
 from ...models import Version
-from ..base import ENTRY_COLUMNS
 from ..base import MEMORY_COLUMNS
-from ..base import Ahead
-from ..base import Entry
-from ..base import UserState
-from ..base import block_array
 from ..base import memory_of
 from ..sql import Cursor
 from ..sql import SqlStore
 from ..sql import windows_of
+from ..vector_source import ENTRY_COLUMNS
+from ..vector_source import Ahead
+from ..vector_source import Entry
+from ..vector_source import UserState
+from . import ahead
 from . import schema
+from . import vector_copy
+from .ahead import PgAhead
 from .connection import floats_of
 from .connection import register_vector
 
@@ -400,37 +396,12 @@ class PgStore(SqlStore):
             or self.conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
         ):
             return Ahead(self, tenant, user_id, state)
-        return _PgAhead(self, tenant, user_id, state, candidates)
+        self._send_prepared(*ahead.statement(tenant, user_id, candidates))
+        return PgAhead(self, self.conn, tenant, user_id, state, candidates)
 
     def _send_prepared(self, name: str, params: list[str]) -> None:
-        """Send one of :data:`_AHEAD`'s statements with these (text) parameters, not waiting.
-
-        Its answer is for the caller to read (:class:`_PgAhead`): nothing
-        else may use the connection meanwhile.
-        """
-        conn = self.conn
-        pgconn = conn.pgconn
-        prepared = _prepared.setdefault(conn, set())
-        if name in prepared:
-            encoding = conn.info.encoding
-            pgconn.send_query_prepared(name.encode(), [p.encode(encoding) for p in params])
-        else:
-            prepared.add(name)
-            types, statement = _AHEAD[name]
-            pgconn.send_query(
-                psycopg.sql.SQL(
-                    "PREPARE {name} ({types}) AS {statement}; EXECUTE {name} ({params})"
-                )
-                .format(
-                    name=psycopg.sql.Identifier(name),
-                    types=psycopg.sql.SQL(types),
-                    statement=psycopg.sql.SQL(statement),
-                    params=psycopg.sql.SQL(", ").join(map(psycopg.sql.Literal, params)),
-                )
-                .as_bytes(conn)
-            )
-        if pgconn.flush():
-            conn.wait(generators.send(pgconn))
+        """Send a warm search's statement ahead (:func:`.ahead.send_prepared`)."""
+        ahead.send_prepared(self.conn, name, params)
 
     def owners(self, tenant: str, user_id: str, vids: t.Sequence[int]) -> dict[int, Entry]:
         if not len(vids):
@@ -476,43 +447,15 @@ class PgStore(SqlStore):
         return out
 
     def _whole_user(self, tenant: str, user_id: str, vids: np.ndarray, spare: int) -> np.ndarray:
-        """Every vector of a user, in vid order, streamed by COPY into one array.
-
-        ``vids`` (ascending) are cut into blocks of :data:`_BLOCK_VECTORS`
-        consecutive ids; PostgreSQL sends each block's vectors as one
-        value, their ``floats`` end to end (``string_agg``), with how many
-        there are; the blocks' bounds cover every possible id, so a vector
-        missing or extra anywhere shows in a block's count. ``COPY ... TO
-        STDOUT (FORMAT BINARY)`` streams the blocks as they are made, each
-        converted by numpy at once (:class:`_VectorBlocks`): the result never
-        sits whole in the client as bytes (a user of 100,000 1536-d vectors
-        is 600 MB). A message per vector made reading them the client's
-        slowest part; blocks of 32 (fewer, larger messages) took half the
-        time for 100,000 1536-d vectors (707 ms against 1,422). ``floats``,
-        kept in the row, takes PostgreSQL a third of the time ``embedding``
-        did (see the schema).
-        """
-        starts, expected, lows, highs = _blocks_of(vids)
-        reader = _VectorBlocks(starts, expected, spare)
-        with self.conn.cursor() as cur:
-            with cur.copy(_COPY_BLOCKS, (lows, highs, tenant, user_id)) as copy:
-                for data in copy:
-                    reader.feed(data)
-        return reader.finish(f"vectors of {tenant}/{user_id}")
+        """Every vector of a user, in vid order, streamed by COPY into one array
+        (:mod:`.vector_copy`)."""
+        return vector_copy.whole_user(self.conn, tenant, user_id, vids, spare)
 
     def vector_blocks(
         self, tenant: str, user_id: str, vids: np.ndarray
     ) -> t.Iterator[tuple[np.ndarray, np.ndarray]]:
         """:meth:`_whole_user`'s COPY, its vectors handed on about 8 MB at a time, not kept."""
-        starts, expected, lows, highs = _blocks_of(vids)
-        reader = _VectorsHandedOn(starts, expected)
-        with self.conn.cursor() as cur:
-            with cur.copy(_COPY_BLOCKS, (lows, highs, tenant, user_id)) as copy:
-                for data in copy:
-                    reader.feed(data)
-                    yield from reader.handed()
-        reader.finish(f"vectors of {tenant}/{user_id}")
-        yield from reader.handed(last=True)
+        return vector_copy.vector_blocks(self.conn, tenant, user_id, vids)
 
     # -- re-embedding ------------------------------------------------------------
 
@@ -546,276 +489,6 @@ class PgStore(SqlStore):
             [(vid, tenant, user_id) for (tenant, user_id), vid in counters.items()],
         )
         self._switched(embedder_id, dimensions)
-
-
-_COUNTERS = "u.count, u.max_vid, u.deletes, u.updates, u.generation, u.user_key, u.terms"
-
-#: The statements :class:`_PgAhead` sends, prepared by memsvc under names of
-#: its own: name -> (parameter types, statement). The counters and the
-#: candidates' memories, as :meth:`PgStore.memories_if_current`; or, with no
-#: candidates (every one answered before, see memsvc.search), the counters.
-_AHEAD = {
-    "memsvc_memories_if_current": (
-        "bigint[], text, text",
-        f"SELECT {_COUNTERS}, m.seq, m.{MEMORY_COLUMNS.replace(', ', ', m.')} "
-        "FROM memory_users AS u LEFT JOIN memories AS m ON m.seq = ANY($1::bigint[]) "
-        "WHERE u.tenant = $2 AND u.user_id = $3",
-    ),
-    "memsvc_user_state": (
-        "text, text",
-        f"SELECT {_COUNTERS} FROM memory_users AS u WHERE u.tenant = $1 AND u.user_id = $2",
-    ),
-}
-#: Which of them each connection has, as far as memsvc knows: psycopg
-#: deallocates every prepared statement after a rollback or a schema change,
-#: which the next use finds out (:class:`_PgAhead`).
-_prepared: weakref.WeakKeyDictionary[psycopg.Connection[t.Any], set[str]] = (
-    weakref.WeakKeyDictionary()
-)
-_MISSING = "26000"  # invalid_sql_statement_name: not prepared (any more)
-_THERE = "42P05"  # duplicate_prepared_statement
-
-
-class _PgAhead(Ahead):
-    """The memories of a warm search, their statement sent before they are ranked.
-
-    The user's counters and the candidates' rows are asked for at once (one
-    statement, one snapshot, as :meth:`PgStore.memories_if_current`), and
-    the answer read when called: the round trip and PostgreSQL's work
-    overlap the caller's ranking, and the answer is there when it is
-    wanted. The statement goes as an execution of the prepared one (Bind,
-    Execute, Sync), or where it is not prepared yet as one simple query
-    that prepares and executes it: one round trip either way. Should it
-    fail for being missing (deallocated meanwhile) or there already, the
-    call reads the usual way.
-    """
-
-    __slots__ = ("candidates", "_pending")
-
-    def __init__(
-        self,
-        store: PgStore,
-        tenant: str,
-        user_id: str,
-        state: UserState,
-        candidates: t.Sequence[int],
-    ):
-        super().__init__(store, tenant, user_id, state)
-        self.candidates = candidates
-        params: list[str] = [tenant, user_id]
-        if candidates:
-            name = "memsvc_memories_if_current"
-            params.insert(0, "{" + ",".join(str(int(seq)) for seq in candidates) + "}")
-        else:
-            name = "memsvc_user_state"
-        store._send_prepared(name, params)
-        self._pending = True
-
-    def _answer(self) -> list[t.Any] | None:
-        """The statement's rows; None if it failed for being missing or there already."""
-        self._pending = False
-        conn = t.cast(PgStore, self.store).conn
-        results = conn.wait(generators.fetch_many(conn.pgconn))
-        for result in results:
-            if result.status == pq.ExecStatus.FATAL_ERROR:
-                error = psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-                if error.sqlstate not in (_MISSING, _THERE):
-                    raise error
-                name = "memsvc_memories_if_current" if self.candidates else "memsvc_user_state"
-                if error.sqlstate == _MISSING:
-                    _prepared.get(conn, set()).discard(name)
-                else:
-                    _prepared.setdefault(conn, set()).add(name)
-                return None
-        loader = Transformer(conn)
-        loader.set_pgresult(results[-1])
-        return loader.load_rows(0, results[-1].ntuples, tuple)
-
-    def __call__(self, seqs: t.Sequence[int]) -> dict[int, Memory] | None:
-        rows = self._answer() if self._pending else None
-        wanted = set(seqs)
-        if rows is None or not wanted <= set(self.candidates):
-            return super().__call__(seqs)
-        if not rows or UserState(*rows[0][:7]) != self.state:
-            return None
-        if not wanted:
-            return {}
-        return {row[7]: memory_of(row[8:]) for row in rows if row[7] in wanted}
-
-    def close(self) -> None:
-        if self._pending:
-            # Unread (the caller failed): read it, so the connection is free
-            # again; an error of its own would hide the caller's.
-            with contextlib.suppress(psycopg.Error):
-                self._answer()
-
-
-#: Vectors per block of a user's load (:meth:`PgStore._whole_user`).
-_BLOCK_VECTORS = 32
-
-#: A user's vectors in blocks (see :meth:`PgStore._whole_user`): each block's
-#: number, count and floats, for blocks of ids given by their bounds.
-_COPY_BLOCKS = (
-    "COPY (SELECT b.n, a.count, a.floats FROM unnest(%s::bigint[], %s::bigint[]) "
-    "WITH ORDINALITY AS b (low, high, n) CROSS JOIN LATERAL ("
-    "SELECT count(*) AS count, "
-    "string_agg(v.floats, ''::bytea ORDER BY v.vid) AS floats "
-    "FROM memory_vectors AS v WHERE v.tenant = %s AND v.user_id = %s "
-    "AND v.vid BETWEEN b.low AND b.high) AS a) TO STDOUT (FORMAT BINARY)"
-)
-
-
-def _blocks_of(vids: np.ndarray) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The blocks of :data:`_COPY_BLOCKS` for ``vids`` (ascending).
-
-    Where each starts, how many vectors it must hold, and its bounds, which
-    cover every possible id: a vector missing or extra shows in a count.
-    """
-    ids = [int(v) for v in vids]
-    starts = list(range(0, len(ids), _BLOCK_VECTORS)) or [0]
-    lows = [-(2**63)] + [ids[i] for i in starts[1:]]
-    highs = [low - 1 for low in lows[1:]] + [2**63 - 1]
-    return starts, [min(_BLOCK_VECTORS, len(ids) - i) for i in starts], lows, highs
-
-
-class _VectorBlocks:
-    """A ``COPY ... (FORMAT BINARY)`` of blocks of vectors, into one float32 array.
-
-    The stream: a 19-byte header (and an extension area), then per row a
-    2-byte field count (3), each field's 4-byte length and value: the
-    block's number (from 1, bigint), how many vectors it holds (bigint) and
-    their big-endian float32s end to end (bytea; NULL for none); then a
-    2-byte trailer (-1). Block ``i`` goes to ``starts[i - 1]`` and must hold
-    ``expected[i - 1]`` vectors. Rows are read wherever the chunks fed end;
-    a chunk of whole rows (as PostgreSQL sends them, a message per row) is
-    read where it lies, without a copy.
-    """
-
-    _HEADER = b"PGCOPY\n\xff\r\n\x00"
-    _ROW = struct.Struct(">hiqiqi")  # field count; number; count; the floats' length
-
-    def __init__(self, starts: list[int], expected: list[int], spare: int):
-        self.starts = starts
-        self.expected = expected
-        self.spare = spare
-        self.n = sum(expected)
-        self.counts: list[int | None] = [None] * len(starts)
-        self.out: np.ndarray | None = None
-        self.dims = 0  # from the first block
-        self._pending = bytearray()
-        self._started = False
-        self._ended = False
-
-    def feed(self, data: t.Any) -> None:
-        if self._pending:
-            self._pending += data
-            used = self._read(self._pending)
-            del self._pending[:used]
-        else:
-            view = memoryview(data)
-            used = self._read(view)
-            self._pending += view[used:]
-
-    def finish(self, what: str) -> np.ndarray:
-        """The vectors, after checking that every block came whole; ``what`` names them."""
-        if not self._ended or self._pending:
-            raise RuntimeError("COPY of vectors: the stream did not end as expected")
-        found = sum(c or 0 for c in self.counts)
-        if found > self.n:
-            raise RuntimeError(f"{what}: more than the {self.n} expected")
-        if found != self.n or self.counts != self.expected:
-            raise RuntimeError(f"{what}: found {found} of {self.n}")
-        if self.out is None:
-            return np.zeros((self.spare, 0), dtype=np.float32)
-        return self.out
-
-    def _read(self, buf: t.Any) -> int:
-        """Read the whole rows at the start of ``buf``; how many bytes they took."""
-        pos, size = 0, len(buf)
-        if not self._started:
-            if size < 19:
-                return 0
-            if bytes(buf[:11]) != self._HEADER:
-                raise RuntimeError("COPY of vectors: not PostgreSQL's binary format")
-            (extension,) = struct.unpack_from(">I", buf, 15)
-            if size < 19 + extension:
-                return 0
-            pos = 19 + extension
-            self._started = True
-        while not self._ended and size - pos >= 2:
-            (fields,) = struct.unpack_from(">h", buf, pos)
-            if fields == -1:
-                self._ended = True
-                pos += 2
-                break
-            if size - pos < self._ROW.size:
-                break
-            fields, len1, number, len2, count, length = self._ROW.unpack_from(buf, pos)
-            if (fields, len1, len2) != (3, 8, 8):
-                raise RuntimeError("COPY of vectors: a row of another shape")
-            end = pos + self._ROW.size + max(length, 0)
-            if end > size:
-                break
-            self._block(number, count, buf, pos + self._ROW.size, length)
-            pos = end
-        return pos
-
-    def _block(self, number: int, count: int, buf: t.Any, offset: int, length: int) -> None:
-        i = number - 1
-        if not 0 <= i < len(self.starts) or self.counts[i] is not None:
-            raise RuntimeError("COPY of vectors: a block out of place")
-        self.counts[i] = count
-        if count != self.expected[i] or count == 0:
-            return  # finish() says what was found
-        dims = self.dims or length // 4 // count
-        if length != 4 * dims * count:
-            raise RuntimeError("COPY of vectors: a vector of another length")
-        self.dims = dims
-        rows = np.frombuffer(buf, dtype=">f4", count=count * dims, offset=offset)
-        self._take(self.starts[i], rows.reshape(count, dims))
-
-    def _take(self, start: int, rows: np.ndarray) -> None:
-        """A block's vectors (big-endian, where the bytes lie), for rows ``start`` on."""
-        if self.out is None:
-            self.out = np.zeros((self.n + self.spare, self.dims), dtype=np.float32)
-        self.out[start : start + len(rows)] = rows
-
-
-class _VectorsHandedOn(_VectorBlocks):
-    """:class:`_VectorBlocks` handing its vectors on about 8 MB at a time, not keeping them."""
-
-    BLOCK_BYTES = 8 << 20
-
-    def __init__(self, starts: list[int], expected: list[int]):
-        super().__init__(starts, expected, 0)
-        self._at = np.zeros(0, dtype=np.int64)
-        self._rows: np.ndarray | None = None
-        self._held = 0
-        self._ready: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def _take(self, start: int, rows: np.ndarray) -> None:
-        count, dims = rows.shape
-        if self._rows is not None and self._held + count > len(self._rows):
-            self._hand_on()
-        if self._rows is None:
-            self._rows = block_array(max(self.BLOCK_BYTES // (4 * dims), count), dims)
-            self._at = np.empty(len(self._rows), dtype=np.int64)
-            self._held = 0
-        self._rows[self._held : self._held + count] = rows
-        self._at[self._held : self._held + count] = np.arange(start, start + count)
-        self._held += count
-
-    def _hand_on(self) -> None:
-        if self._rows is not None and self._held:
-            self._ready.append((self._at[: self._held], self._rows[: self._held]))
-        self._rows = None
-
-    def handed(self, last: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The blocks filled since the last call: ``(positions, rows)``; ``last``: all the rest."""
-        if last:
-            self._hand_on()
-        ready, self._ready = self._ready, []
-        return ready
 
 
 def _f32(vector: np.ndarray) -> np.ndarray:

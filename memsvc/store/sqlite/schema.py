@@ -20,10 +20,10 @@ from ..sql import build_postings
 from . import vec0
 
 if t.TYPE_CHECKING:
-    from ..sql import SqlStore
+    from ..sql.frame import SqlFrame
 
 
-def _dedupe_keys(store: SqlStore) -> None:
+def _dedupe_keys(store: SqlFrame) -> None:
     """Compute the duplicate-detection key of every existing memory."""
     rows = store._rows("SELECT seq, content, metadata FROM memories")
     store._many(
@@ -38,7 +38,7 @@ def _fts_scope(tenant: str, user_id: str) -> str:
     return "s" + digest.hexdigest()[:24]
 
 
-def _index_existing_text(store: SqlStore) -> None:
+def _index_existing_text(store: SqlFrame) -> None:
     rows = store._rows("SELECT seq, tenant, user_id, content FROM memories")
     store._many(
         "INSERT INTO memory_fts (rowid, scope, content) VALUES (?, ?, ?)",

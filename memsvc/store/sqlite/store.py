@@ -14,11 +14,11 @@ import typing as t
 import numpy as np
 
 from ...models import Memory
-from ..base import ENTRY_COLUMNS
-from ..base import Entry
 from ..sql import Cursor
 from ..sql import SqlStore
 from ..sql import windows_of
+from ..vector_source import ENTRY_COLUMNS
+from ..vector_source import Entry
 from . import schema
 from . import vec0
 from .connection import Connection

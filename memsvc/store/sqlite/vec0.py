@@ -12,7 +12,7 @@ import typing as t
 
 import numpy as np
 
-from ..base import block_array
+from ..vector_source import block_array
 from .connection import Connection
 
 # vec0 allocates chunk_size vectors per partition (tenant + user) up front.
@@ -123,7 +123,7 @@ def vector_blocks(
 
     ``seqs`` are all of the partition's rowids, ascending; ``at`` are the
     rows' positions in ``seqs`` (chunks come in chunk order, so mostly
-    ascending). Each block is a new array (:func:`~memsvc.store.base.block_array`),
+    ascending). Each block is a new array (:func:`~memsvc.store.vector_source.block_array`),
     filled straight from the chunks.
     RuntimeError if a stored rowid is not one of ``seqs``, or there are not as many.
     """
