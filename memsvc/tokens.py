@@ -138,7 +138,9 @@ def _decode(token: str, key: t.Any, algorithms: t.Sequence[str]) -> dict[str, t.
         raise Unauthorized("Token signing algorithm not accepted") from None
     except BadSignatureError:
         raise Unauthorized("Token signature does not verify") from None
-    except (JoseError, ValueError, TypeError, KeyError):
+    except (JoseError, ValueError, TypeError, KeyError, RecursionError):
+        # RecursionError: a payload nested past the JSON parser's depth,
+        # correctly signed or not, is as malformed as any other.
         raise Unauthorized("Malformed or unverifiable token") from None
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
-import json
+import math
 import typing as t
 import urllib.parse
 
@@ -34,10 +34,12 @@ from werkzeug.wrappers import Response
 
 from ... import clock
 from ...errors import ApiError
+from ...errors import BadRequest
 from ...errors import Unauthorized
 from ...limits import Limits
 from ...limits import Refused
 from ..context import runtime
+from ..trpc import parse_json
 from . import diff
 from . import oidc
 from . import session as sessions
@@ -59,6 +61,8 @@ CSP = (
 )
 
 PAGE_SIZE = 25
+#: The most digits a limit typed into the keys page is read as a number with.
+_MOST_DIGITS = 18
 USERS_PAGE = 50
 MODES = ("hybrid", "semantic", "keyword")
 
@@ -202,8 +206,12 @@ def call(path: str, input: dict[str, t.Any] | None = None) -> t.Any:
     return data
 
 
-def page(template: str, status: int = 200, **context: t.Any) -> Response:
+def page(template: str, status: int | None = None, **context: t.Any) -> Response:
+    """A page answered with ``status``; by default 200, or the status of the error it shows."""
     s = _session()
+    if status is None:
+        error = context.get("error")
+        status = error["status"] if isinstance(error, dict) else 200
     response = make_response(
         render_template(
             f"console/{template}",
@@ -443,10 +451,7 @@ def user() -> Response:
         input["cursor"] = after
     try:
         if filter_text:
-            try:
-                input["filter"] = json.loads(filter_text)
-            except ValueError as e:
-                raise _bad(f"filter: not JSON ({e})") from None
+            input["filter"] = _json("filter", filter_text)
         if created_from:
             input["createdAfter"] = _iso_from_local(created_from)
         if created_to:
@@ -477,10 +482,12 @@ def user() -> Response:
     )
 
 
-def _bad(message: str) -> ApiError:
-    from ...errors import BadRequest
-
-    return BadRequest(message)
+def _json(field: str, text: str) -> t.Any:
+    """A JSON field of a form, read as the API reads JSON (no NaN, nesting within reason)."""
+    try:
+        return parse_json(text)
+    except BadRequest as e:
+        raise BadRequest(f"{field}: {e.message}") from None
 
 
 def _url(endpoint: str, args: dict[str, t.Any]) -> str:
@@ -542,10 +549,7 @@ def update() -> Response:
     input: dict[str, t.Any] = {"id": memory_id, "content": request.form.get("content", "")}
     try:
         metadata_text = request.form.get("metadata", "").strip()
-        try:
-            input["metadata"] = json.loads(metadata_text) if metadata_text else None
-        except ValueError as e:
-            raise _bad(f"metadata: not JSON ({e})") from None
+        input["metadata"] = _json("metadata", metadata_text) if metadata_text else None
         expires = request.form.get("expiresAt", "").strip()
         # The field as it was shown: unchanged, the expiry is left alone.
         if expires[:19] != request.form.get("expiresWas", ""):
@@ -592,11 +596,20 @@ def delete() -> Response:
 # -- search ----------------------------------------------------------------------------
 
 
-def _number(text: str | None, default: float, low: float, high: float) -> float:
-    try:
-        value = float(text) if text not in (None, "") else default
-    except ValueError:
+def _number(field: str, default: float, low: float, high: float) -> float:
+    """A number of the search form, moved into ``low``..``high``; absent: ``default``.
+
+    :raises BadRequest: it is no number (NaN and infinities are none either).
+    """
+    text = request.args.get(field)
+    if text in (None, ""):
         return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise BadRequest(f"{field} must be a number from {low:g} to {high:g}")
     return min(max(value, low), high)
 
 
@@ -610,12 +623,16 @@ def search() -> Response:
     query = request.args.get("q", "")
     mode = request.args.get("mode", "hybrid")
     mode = mode if mode in MODES else "hybrid"
-    limit = int(_number(request.args.get("limit"), 10, 1, 100))
-    threshold = round(_number(request.args.get("threshold"), default_threshold, 0, 1), 2)
     results: list[dict[str, t.Any]] = []
     below: list[dict[str, t.Any]] = []
     error = None
-    if user_id and query:
+    try:
+        limit = int(_number("limit", 10, 1, 100))
+        threshold = round(_number("threshold", default_threshold, 0, 1), 2)
+    except BadRequest as e:
+        limit, threshold = 10, round(default_threshold, 2)
+        error = failure(e)
+    if user_id and query and error is None:
         base = {"userId": user_id, "query": query, "mode": mode, "explain": True}
         try:
             results = call("memory.search", {**base, "limit": limit, "threshold": threshold})
@@ -704,7 +721,10 @@ def keys_limits() -> Response:
     given: dict[str, t.Any] = {"id": request.form.get("id", "")}
     for field in ("rateLimit", "concurrencyLimit"):
         text = request.form.get(field, "").strip()
-        given[field] = None if not text else int(text) if text.isdecimal() else text
+        # Digits past any limit go as typed, for the API to refuse: Python
+        # converts no more than 4,300 of them to an int.
+        whole = text.isdecimal() and len(text) <= _MOST_DIGITS
+        given[field] = None if not text else int(text) if whole else text
     try:
         call("keys.setLimits", given)
     except ApiError as e:
