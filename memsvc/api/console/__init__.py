@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import functools
 import hashlib
+import logging
 import math
 import typing as t
 import urllib.parse
@@ -44,6 +45,8 @@ from . import diff
 from . import oidc
 from . import session as sessions
 from .invoke import invoke
+
+log = logging.getLogger(__name__)
 
 bp = Blueprint(
     "console",
@@ -235,6 +238,9 @@ _WHY = {
     "token": "The token was refused (expired?): sign in again to manage keys.",
     "idle": "The session ended after a while without use: sign in again.",
     "out": "Signed out.",
+    "out-here": "Signed out in this browser. The server could not record the sign-out (its "
+    "storage is failing): a copy of this session's cookie is refused only once it has been "
+    "idle for the console's idle time.",
 }
 
 
@@ -305,23 +311,51 @@ def sign_in_post() -> Response:
         return sign_in_page(429, what=what, error=message)
     if not secret:
         return sign_in_page(400, what=what, error="Type the secret first.")
-    # Signing in for keys keeps an API key session, and the other way round.
-    s = _session() or sessions.Session.new()
     try:
         if what == "key":
             _, used = invoke("service.info", {}, api_key=secret)
-            s.api_key, s.tenant = secret, used.caller.tenant
         else:
             _, used = invoke("keys.list", {}, token=secret)
-            s.token, s.token_tenant = secret, used.caller.tenant
     except ApiError as e:
         refused = "That API key was refused." if what == "key" else "That token was refused."
         return sign_in_page(e.status, what=what, error=f"{refused} ({e.message})")
-    # A new CSRF token at every sign-in: one seen before it is worthless.
-    s.csrf = sessions.Session.new().csrf
-    g.console_session = s
+    _start_session(what, secret, used.caller.tenant)
     g.console_sign_in_done = True
     return redirect(url_for("console.users" if what == "key" else "console.keys_page"))
+
+
+def _start_session(what: str, secret: str, tenant: str) -> None:
+    """A new session (new id, new CSRF token) for ``secret``, ending the one it replaces.
+
+    Never the browser's session with the secret added: a session cookie
+    planted in the browser beforehand (someone else's) would be joined, and
+    its key or token used unseen. Only the other kind of credential of a
+    session this browser already holds is kept, and only when it names the
+    same tenant (an API key beside a token for its keys).
+    """
+    before = _session()
+    s = sessions.Session.new()
+    if what == "key":
+        s.api_key, s.tenant = secret, tenant
+        if before is not None and before.token is not None and before.token_tenant == tenant:
+            s.token, s.token_tenant = before.token, before.token_tenant
+    else:
+        s.token, s.token_tenant = secret, tenant
+        if before is not None and before.api_key is not None and before.tenant == tenant:
+            s.api_key, s.tenant = before.api_key, before.tenant
+    if before is not None:
+        _end(before)
+    g.console_session = s
+
+
+def _end(session: sessions.Session) -> bool:
+    """End ``session`` everywhere (:func:`.session.end`); False if that could not be recorded."""
+    try:
+        sessions.end(session)
+    except Exception as e:
+        log.warning("a console sign-out was not recorded: %s: %s", type(e).__name__, e)
+        return False
+    return True
 
 
 def _callback_url() -> str:
@@ -375,10 +409,7 @@ def oidc_done() -> Response:
     signed = sessions.unseal(oidc.COOKIE) or {}
     if not signed.get("token"):
         return redirect(url_for("console.sign_in", what="token"))
-    s = _session() or sessions.Session.new()
-    s.token, s.token_tenant = signed["token"], signed["tenant"]
-    s.csrf = sessions.Session.new().csrf
-    g.console_session = s
+    _start_session("token", signed["token"], signed["tenant"])
     response = redirect(url_for("console.keys_page"))
     sessions.forget(response, oidc.COOKIE)
     return response
@@ -386,12 +417,15 @@ def oidc_done() -> Response:
 
 @bp.post("/sign-out")
 def sign_out() -> Response:
+    if not _same_origin():
+        abort(403, "Cross-site request refused")
     s = _session()
     if s is not None and not sessions.check_csrf(s, request.form.get("csrf")):
         abort(403, "This form has expired: reload the page")
     g.console_signed_out = True
     g.console_session = None
-    return redirect(url_for("console.sign_in", why="out"))
+    recorded = s is None or _end(s)
+    return redirect(url_for("console.sign_in", why="out" if recorded else "out-here"))
 
 
 # -- end users -------------------------------------------------------------------------
