@@ -37,6 +37,7 @@ from ... import clock
 from ...errors import ApiError
 from ...errors import BadRequest
 from ...errors import Unauthorized
+from ...limits import EPHEMERAL
 from ...limits import Limits
 from ...limits import Refused
 from ..context import runtime
@@ -287,7 +288,8 @@ def sign_in() -> Response:
 def _attempt_allowed() -> bool:
     """Sign-in attempts per client address, counted by the API's limiter across workers."""
     address = request.remote_addr or "unknown"
-    key = "console-sign-in-" + hashlib.sha256(address.encode()).hexdigest()[:32]
+    # One key per address, forgotten once idle (by every kind of limiter).
+    key = EPHEMERAL + "console-sign-in-" + hashlib.sha256(address.encode()).hexdigest()[:32]
     try:
         runtime().limiter.acquire(key, Limits(current_app.config["CONSOLE_SIGNIN_PER_MINUTE"], 0))
     except Refused:
