@@ -245,6 +245,12 @@ _WHY = {
 }
 
 
+@bp.get("", strict_slashes=False)
+def bare() -> Response:
+    """``/console``: on to ``/console/`` by a relative redirect, whatever the Host header says."""
+    return redirect(url_for("console.home"))
+
+
 @bp.get("/")
 def home() -> Response:
     s = _session()
@@ -361,6 +367,12 @@ def _end(session: sessions.Session) -> bool:
 
 
 def _callback_url() -> str:
+    """Where the identity provider sends the browser back: under ``MEMSVC_PUBLIC_URL`` when set
+    (else as the request reached memsvc, Host header included)."""
+    public = current_app.config["PUBLIC_URL"]
+    if public:
+        path = url_for("console.oidc_callback").removeprefix(request.script_root)
+        return public.rstrip("/") + path
     return url_for(
         "console.oidc_callback", _external=True, _scheme="https" if sessions.is_https() else "http"
     )

@@ -14,11 +14,15 @@ call, replacing whatever the browser sent.
 from __future__ import annotations
 
 import contextlib
+import time
 import typing as t
 
 from flask import current_app
 from flask import request
 
+from ...errors import ApiError
+from ...errors import InternalError
+from ...observability.requests import call_done
 from ..context import exchange
 from ..procedures import Call
 from ..procedures import Procedure
@@ -66,5 +70,16 @@ def invoke(
     ex = exchange()
     call = Call(path, 0, proc, t.cast(t.Any, _Given(input)), ex)
     call.budget = ex.config["MAX_RESPONSE_BYTES"]
+    started = time.perf_counter()
     with _presenting(api_key, token):
-        return run_procedure(call, proc, proc.output.dump), call
+        try:
+            data = run_procedure(call, proc, proc.output.dump)
+        except ApiError as e:
+            call_done(call, e, started)
+            raise
+        except Exception:
+            call_done(call, InternalError("Internal server error"), started)
+            raise
+    # Counted and logged as the API's calls are: its key and tenant on the access line.
+    call_done(call, None, started)
+    return data, call

@@ -28,6 +28,19 @@ from flask import current_app
 COOKIE = "memsvc_console_oidc"
 
 
+#: The error codes of an authorization response (RFC 6749 4.1.2.1, OpenID Connect Core
+#: 3.1.2.6): the only text of the provider's redirect the console repeats.
+_ERROR_CODES = frozenset(
+    [
+        "invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
+        "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
+        "login_required", "account_selection_required", "consent_required",
+        "invalid_request_uri", "invalid_request_object", "request_not_supported",
+        "request_uri_not_supported", "registration_not_supported",
+    ]
+)  # fmt: skip
+
+
 class Failed(Exception):
     """The provider could not be used, or its answer not accepted (the message says why)."""
 
@@ -91,7 +104,10 @@ def start(redirect_uri: str) -> tuple[str, dict[str, str]]:
 def finish(redirect_uri: str, pending: dict[str, str], args: t.Mapping[str, str]) -> str:
     """The access token for the provider's answer ``args``, once it is the one expected."""
     if "error" in args:
-        raise Failed(f"the identity provider refused: {args.get('error')}")
+        # Its text is the sender's, whoever that is: never shown, beyond a code OAuth defines.
+        code = args.get("error")
+        named = f" ({code})" if code in _ERROR_CODES else ""
+        raise Failed(f"the identity provider refused the sign-in{named}")
     if not pending.get("state") or args.get("state") != pending["state"]:
         raise Failed("the sign-in came back with a state this browser did not start")
     code = args.get("code")
