@@ -190,8 +190,17 @@ def needs_token(view: t.Callable[..., t.Any]) -> t.Callable[..., t.Any]:
     return wrapped
 
 
-def call(path: str, input: dict[str, t.Any] | None = None) -> t.Any:
-    """Run an API procedure with the session's credential; a refused credential ends it."""
+def call(
+    path: str,
+    input: dict[str, t.Any] | None = None,
+    then: t.Callable[[t.Any], t.Any] | None = None,
+) -> t.Any:
+    """Run an API procedure with the session's credential; a refused credential ends it.
+
+    Its answer, or with ``then`` what ``then`` makes of it (the page): made
+    inside the call, so within its concurrency slot. A page is rendered in
+    its last call: a key allowed one call at a time renders one page at a time.
+    """
     s = _session()
     assert s is not None
     uses_token = path.startswith("keys.")
@@ -201,6 +210,7 @@ def call(path: str, input: dict[str, t.Any] | None = None) -> t.Any:
             input or {},
             api_key=None if uses_token else s.api_key,
             token=s.token if uses_token else None,
+            then=then,
         )
     except Unauthorized as e:
         if uses_token:
@@ -450,25 +460,26 @@ def sign_out() -> Response:
 def users() -> Response:
     prefix = request.args.get("prefix", "")
     after = request.args.get("after")
-    error = None
-    rows: list[dict[str, t.Any]] = []
+
+    def render(rows: list[dict[str, t.Any]], error: dict[str, t.Any] | None = None) -> Response:
+        more = len(rows) > USERS_PAGE
+        rows = rows[:USERS_PAGE]
+        return page(
+            "users.html",
+            rows=rows,
+            prefix=prefix,
+            after=after,
+            next_after=rows[-1]["userId"] if more else None,
+            error=error,
+        )
+
+    input: dict[str, t.Any] = {"limit": USERS_PAGE + 1, "prefix": prefix}
+    if after:
+        input["cursor"] = after
     try:
-        input: dict[str, t.Any] = {"limit": USERS_PAGE + 1, "prefix": prefix}
-        if after:
-            input["cursor"] = after
-        rows = call("memory.users", input)
+        return call("memory.users", input, then=render)
     except ApiError as e:
-        error = failure(e)
-    more = len(rows) > USERS_PAGE
-    rows = rows[:USERS_PAGE]
-    return page(
-        "users.html",
-        rows=rows,
-        prefix=prefix,
-        after=after,
-        next_after=rows[-1]["userId"] if more else None,
-        error=error,
-    )
+        return render([], failure(e))
 
 
 def _iso_from_local(value: str | None) -> str | None:
@@ -492,8 +503,31 @@ def user() -> Response:
     filter_text = request.args.get("filter", "").strip()
     created_from = request.args.get("from", "")
     created_to = request.args.get("to", "")
-    error = None
-    memories: list[dict[str, t.Any]] = []
+    query = {"id": user_id, "filter": filter_text, "from": created_from, "to": created_to}
+
+    def render(
+        memories: list[dict[str, t.Any]],
+        summary: dict[str, t.Any] | None,
+        error: dict[str, t.Any] | None = None,
+    ) -> Response:
+        more = len(memories) > PAGE_SIZE
+        memories = memories[:PAGE_SIZE]
+        return page(
+            "user.html",
+            user_id=user_id,
+            summary=summary,
+            memories=memories,
+            error=error,
+            filter_text=filter_text,
+            created_from=created_from,
+            created_to=created_to,
+            first_url=_url("console.user", query),
+            next_url=_url("console.user", {**query, "after": memories[-1]["id"]}) if more else None,
+            paged=bool(after),
+            pretty=diff.pretty,
+            now=clock.iso(clock.now_ms()),
+        )
+
     input: dict[str, t.Any] = {"userId": user_id, "limit": PAGE_SIZE + 1}
     if after:
         input["cursor"] = after
@@ -505,29 +539,14 @@ def user() -> Response:
         if created_to:
             input["createdBefore"] = _iso_from_local(created_to)
         memories = call("memory.getAll", input)
-        found = call("memory.users", {"prefix": user_id, "limit": 1})
-        summary = found[0] if found and found[0]["userId"] == user_id else None
+
+        def summarised(found: list[dict[str, t.Any]]) -> Response:
+            summary = found[0] if found and found[0]["userId"] == user_id else None
+            return render(memories, summary)
+
+        return call("memory.users", {"prefix": user_id, "limit": 1}, then=summarised)
     except ApiError as e:
-        error = failure(e)
-        summary = None
-    more = len(memories) > PAGE_SIZE
-    memories = memories[:PAGE_SIZE]
-    query = {"id": user_id, "filter": filter_text, "from": created_from, "to": created_to}
-    return page(
-        "user.html",
-        user_id=user_id,
-        summary=summary,
-        memories=memories,
-        error=error,
-        filter_text=filter_text,
-        created_from=created_from,
-        created_to=created_to,
-        first_url=_url("console.user", query),
-        next_url=_url("console.user", {**query, "after": memories[-1]["id"]}) if more else None,
-        paged=bool(after),
-        pretty=diff.pretty,
-        now=clock.iso(clock.now_ms()),
-    )
+        return render([], None, failure(e))
 
 
 def _json(field: str, text: str) -> t.Any:
@@ -571,23 +590,33 @@ def delete_all() -> Response:
 # -- one memory ------------------------------------------------------------------------
 
 
+def _memory_page(
+    memory_id: str, *, status: int | None = None, error: dict[str, t.Any] | None = None
+) -> Response:
+    """A memory's page: it, and its history compared version by version (in the history's call)."""
+    found = call("memory.getById", {"id": memory_id})
+    return call(
+        "memory.history",
+        {"id": memory_id},
+        then=lambda history: page(
+            "memory.html",
+            status,
+            memory=found,
+            versions=diff.versions(history),
+            pretty=diff.pretty,
+            error=error,
+            saved=error is None and request.args.get("saved") == "1",
+        ),
+    )
+
+
 @bp.get("/memory")
 @needs_key
 def memory() -> Response:
-    memory_id = request.args.get("id", "")
     try:
-        found = call("memory.getById", {"id": memory_id})
-        history = call("memory.history", {"id": memory_id})
+        return _memory_page(request.args.get("id", ""))
     except ApiError as e:
         return page("message.html", e.status, title="No such memory", message=e.message, back=None)
-    return page(
-        "memory.html",
-        memory=found,
-        versions=diff.versions(history),
-        pretty=diff.pretty,
-        error=None,
-        saved=request.args.get("saved") == "1",
-    )
 
 
 @bp.post("/memory/update")
@@ -605,19 +634,9 @@ def update() -> Response:
         call("memory.update", input)
     except ApiError as e:
         try:
-            found = call("memory.getById", {"id": memory_id})
-            history = call("memory.history", {"id": memory_id})
+            return _memory_page(memory_id, status=e.status, error=failure(e))
         except ApiError as again:
             return page("message.html", again.status, title="Not saved", message=e.message)
-        return page(
-            "memory.html",
-            e.status,
-            memory=found,
-            versions=diff.versions(history),
-            pretty=diff.pretty,
-            error=failure(e),
-            saved=False,
-        )
     return redirect(_url("console.memory", {"id": memory_id, "saved": "1"}))
 
 
@@ -671,8 +690,6 @@ def search() -> Response:
     query = request.args.get("q", "")
     mode = request.args.get("mode", "hybrid")
     mode = mode if mode in MODES else "hybrid"
-    results: list[dict[str, t.Any]] = []
-    below: list[dict[str, t.Any]] = []
     error = None
     try:
         limit = int(_number("limit", 10, 1, 100))
@@ -680,36 +697,46 @@ def search() -> Response:
     except BadRequest as e:
         limit, threshold = 10, round(default_threshold, 2)
         error = failure(e)
-    if user_id and query and error is None:
-        base = {"userId": user_id, "query": query, "mode": mode, "explain": True}
-        try:
-            results = call("memory.search", {**base, "limit": limit, "threshold": threshold})
-            if threshold > 0:
-                # What a slightly lower threshold would add: shown greyed, below the line.
-                near = call(
-                    "memory.search",
-                    {**base, "limit": limit + 5, "threshold": max(0.0, threshold - 0.15)},
-                )
-                shown = {r["id"] for r in results}
-                below = [r for r in near if r["id"] not in shown and r["similarity"] < threshold][
-                    :5
-                ]
-        except ApiError as e:
-            error = failure(e)
-    return page(
-        "search.html",
-        user_id=user_id,
-        query=query,
-        mode=mode,
-        modes=MODES,
-        limit=limit,
-        threshold=threshold,
-        recommended=recommended,
-        results=results,
-        below=below,
-        chart=_chart(results + below, threshold, recommended),
-        error=error,
-    )
+
+    def render(
+        results: list[dict[str, t.Any]],
+        below: list[dict[str, t.Any]],
+        error: dict[str, t.Any] | None = error,
+    ) -> Response:
+        return page(
+            "search.html",
+            user_id=user_id,
+            query=query,
+            mode=mode,
+            modes=MODES,
+            limit=limit,
+            threshold=threshold,
+            recommended=recommended,
+            results=results,
+            below=below,
+            chart=_chart(results + below, threshold, recommended),
+            error=error,
+        )
+
+    if not (user_id and query) or error is not None:
+        return render([], [])  # the form alone
+    base = {"userId": user_id, "query": query, "mode": mode, "explain": True}
+    asked = {**base, "limit": limit, "threshold": threshold}
+    try:
+        if threshold <= 0:
+            return call("memory.search", asked, then=lambda results: render(results, []))
+        results = call("memory.search", asked)
+        shown = {r["id"] for r in results}
+
+        def with_near(near: list[dict[str, t.Any]]) -> Response:
+            # What a slightly lower threshold would add: shown greyed, below the line.
+            below = [r for r in near if r["id"] not in shown and r["similarity"] < threshold]
+            return render(results, below[:5])
+
+        lower = {**base, "limit": limit + 5, "threshold": max(0.0, threshold - 0.15)}
+        return call("memory.search", lower, then=with_near)
+    except ApiError as e:
+        return render([], [], failure(e))
 
 
 def _chart(
@@ -743,11 +770,24 @@ def _chart(
 # -- keys ------------------------------------------------------------------------------
 
 
+def _keys_page(created: dict[str, t.Any] | None = None, error: ApiError | None = None) -> Response:
+    """The keys page: the tenant's keys (listed in the call that renders them), a new key's
+    secret once, or the error of what was asked (with its status)."""
+    return call(
+        "keys.list",
+        then=lambda listed: page(
+            "keys.html",
+            keys=listed,
+            created=created,
+            error=failure(error) if error is not None else None,
+        ),
+    )
+
+
 @bp.get("/keys")
 @needs_token
 def keys_page() -> Response:
-    listed = call("keys.list")
-    return page("keys.html", keys=listed, created=None, error=None)
+    return _keys_page()
 
 
 @bp.post("/keys/create")
@@ -756,9 +796,9 @@ def keys_create() -> Response:
     try:
         created = call("keys.create", {"name": request.form.get("name", "")})
     except ApiError as e:
-        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+        return _keys_page(error=e)
     # The secret is in this answer (no-store) and nowhere else: no redirect carries it.
-    return page("keys.html", keys=call("keys.list"), created=created, error=None)
+    return _keys_page(created=created)
 
 
 @bp.post("/keys/limits")
@@ -776,7 +816,7 @@ def keys_limits() -> Response:
     try:
         call("keys.setLimits", given)
     except ApiError as e:
-        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+        return _keys_page(error=e)
     return redirect(url_for("console.keys_page"))
 
 
@@ -794,7 +834,7 @@ def keys_revoke() -> Response:
     try:
         call("keys.revoke", {"id": request.form.get("id", "")})
     except ApiError as e:
-        return page("keys.html", e.status, keys=call("keys.list"), created=None, error=failure(e))
+        return _keys_page(error=e)
     return redirect(url_for("console.keys_page"))
 
 
@@ -809,13 +849,16 @@ def service() -> Response:
     info = call("service.info")
     answer = health()
     status = answer.get_json()
-    counted = call("memory.users", {"limit": 1000})
-    return page(
-        "service.html",
-        info=info,
-        health=status,
-        healthy=answer.status_code == 200,
-        users=len(counted),
-        memories=sum(u["memories"] for u in counted),
-        more=len(counted) == 1000,
+    return call(
+        "memory.users",
+        {"limit": 1000},
+        then=lambda counted: page(
+            "service.html",
+            info=info,
+            health=status,
+            healthy=answer.status_code == 200,
+            users=len(counted),
+            memories=sum(u["memories"] for u in counted),
+            more=len(counted) == 1000,
+        ),
     )

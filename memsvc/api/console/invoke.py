@@ -60,9 +60,17 @@ def _presenting(api_key: str | None, token: str | None) -> t.Iterator[None]:
 
 
 def invoke(
-    path: str, input: dict[str, t.Any], *, api_key: str | None = None, token: str | None = None
+    path: str,
+    input: dict[str, t.Any],
+    *,
+    api_key: str | None = None,
+    token: str | None = None,
+    then: t.Callable[[t.Any], t.Any] | None = None,
 ) -> tuple[t.Any, Call]:
     """Run procedure ``path`` with ``input``; its answer as JSON data, and the call.
+
+    With ``then``, what ``then`` makes of that data instead, made inside the
+    call: before its middleware gives back the concurrency slot it took.
 
     :raises ApiError: what the API would answer the call with (401, 404, 429...).
     """
@@ -70,10 +78,12 @@ def invoke(
     ex = exchange()
     call = Call(path, 0, proc, t.cast(t.Any, _Given(input)), ex)
     call.budget = ex.config["MAX_RESPONSE_BYTES"]
+    dump = proc.output.dump
+    finish = dump if then is None else (lambda result: then(dump(result)))
     started = time.perf_counter()
     with _presenting(api_key, token):
         try:
-            data = run_procedure(call, proc, proc.output.dump)
+            data = run_procedure(call, proc, finish)
         except ApiError as e:
             call_done(call, e, started)
             raise
