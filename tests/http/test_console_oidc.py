@@ -183,3 +183,36 @@ def test_a_sign_in_at_the_provider_never_joins_a_planted_session(provider):
     # The attacker's key is not signed in beside her token.
     users = client.get("/console/users")
     assert users.status_code == 302 and "/console/sign-in" in users.headers["Location"]
+
+
+def test_a_discovery_document_is_checked_as_the_api_checks_it(make_app):
+    """One discovery and one check for the console's sign-in and the API's keys: an endpoint
+    over plain http, or a document naming another issuer, is refused by both."""
+    documents = [
+        {"issuer": ISSUER, "jwks_uri": ISSUER + "jwks.json",
+         "authorization_endpoint": ISSUER + "authorize",
+         "token_endpoint": "http://login.example.test/oauth/token"},
+        {"issuer": "https://other.example.test/", "jwks_uri": ISSUER + "jwks.json",
+         "authorization_endpoint": ISSUER + "authorize", "token_endpoint": ISSUER + "oauth/token"},
+    ]  # fmt: skip
+    key = RSAKey.generate_key(2048, parameters={"kid": "k1"})
+    now = int(time.time())
+    token = jwt.encode(
+        {"alg": "RS256", "kid": "k1"},
+        {"sub": "t", "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600},
+        key,
+        algorithms=["RS256"],
+    )
+    for document in documents:
+        with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+            mock.get(ISSUER + ".well-known/openid-configuration", json=document)
+            mock.get(ISSUER + "jwks.json", json=KeySet([key]).as_dict(private=False))
+            app = make_app(
+                OIDC_ISSUER=ISSUER, JWT_AUDIENCE=AUDIENCE, CONSOLE_OIDC_CLIENT_ID="memsvc-console"
+            )
+            client = app.test_client()
+            started = client.get("/console/sign-in/oidc")
+            assert started.status_code == 502, started.text[:300]
+            assert "discovery document is unusable" in started.text
+            api = client.get("/trpc/keys.list", headers={"Authorization": f"Bearer {token}"})
+            assert api.status_code == 401

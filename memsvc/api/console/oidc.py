@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import typing as t
 
-import requests
 from authlib.common.security import generate_token
 from authlib.integrations.requests_client import OAuth2Session
 from flask import Flask
 from flask import current_app
+
+from ...tokens import DiscoveryFailed
+from ...tokens import discover
 
 #: The cookie holding state, nonce and code verifier between the two legs.
 COOKIE = "memsvc_console_oidc"
@@ -50,25 +52,19 @@ def enabled(app: Flask) -> bool:
 
 
 def _endpoints() -> dict[str, str]:
+    """The provider's authorization and token endpoints, discovered (and checked) once."""
     cached = current_app.extensions.get("memsvc_console_oidc")
     if cached is not None:
         return t.cast(dict[str, str], cached)
-    issuer = current_app.config["OIDC_ISSUER"]
-    url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     try:
-        resp = requests.get(url, timeout=5)
-        resp.raise_for_status()
-        document = resp.json()
-        found = {
-            "authorize": str(document["authorization_endpoint"]),
-            "token": str(document["token_endpoint"]),
-        }
-    except (requests.RequestException, ValueError, KeyError, TypeError) as e:
+        found = discover(
+            current_app.config["OIDC_ISSUER"], ("authorization_endpoint", "token_endpoint")
+        )
+    except DiscoveryFailed as e:
         raise Failed(f"the identity provider's discovery document is unusable ({e})") from None
-    if document.get("issuer") != issuer:
-        raise Failed("the identity provider's discovery document names another issuer")
-    current_app.extensions["memsvc_console_oidc"] = found
-    return found
+    endpoints = {"authorize": found["authorization_endpoint"], "token": found["token_endpoint"]}
+    current_app.extensions["memsvc_console_oidc"] = endpoints
+    return endpoints
 
 
 def _client(redirect_uri: str) -> OAuth2Session:
