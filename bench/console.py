@@ -4,7 +4,11 @@ Builds the app in this process on a fresh SQLite database, gives one end
 user 10,000 memories (and the tenant 2,000 more users), signs in to the
 console, and times whole requests through the app (WSGI, no network): the
 console's pages against the API calls they are built from, measured in the
-same run. Server time only; the browser's work is not counted.
+same run. Then a memory's history page, for versions that differ a little
+and for versions of 64 KiB that share nothing (the most comparing a page can
+be asked for, bounded by the diff's budget), and one pair of texts compared
+by the diff before it was bounded (difflib) and after. Server time only; the
+browser's work is not counted.
 
     python -m bench.console [--memories 10000] [--requests 200]
 """
@@ -12,6 +16,8 @@ same run. Server time only; the browser's work is not counted.
 from __future__ import annotations
 
 import argparse
+import difflib
+import random
 import re
 import statistics
 import tempfile
@@ -22,6 +28,7 @@ import uuid
 import numpy as np
 
 from bench.report import recording
+from memsvc.api.console import diff
 
 
 def _seed(app: t.Any, memories: int, users: int) -> str:
@@ -59,6 +66,45 @@ def _seed(app: t.Any, memories: int, users: int) -> str:
         if batch:
             flush()
         return keys.create(s, "bench", "bench", "memsvc").secret
+
+
+def _prose(words: int, seed: int) -> str:
+    """Words from a small vocabulary: two such texts share words everywhere, runs nowhere."""
+    rng = random.Random(seed)
+    return " ".join(f"w{rng.randrange(400)}" for _ in range(words))
+
+
+def _history(app: t.Any, versions: list[tuple[str, dict[str, t.Any]]]) -> str:
+    """A memory of the bench tenant whose versions are ``versions``, oldest first; its id."""
+    from memsvc import clock
+    from memsvc.api.context import store
+    from memsvc.models import Memory
+    from memsvc.models import Version
+
+    with app.app_context():
+        s = store()
+        dims = s.embedder()[1]
+        now = clock.now_ms()
+        memory_id = str(uuid.uuid4())
+        content, metadata = versions[-1]
+        current = Memory(memory_id, "bench", "history-user", content, metadata, now, now,
+                         version=len(versions))  # fmt: skip
+        vector = np.ones((1, dims), dtype=np.float32) / np.sqrt(dims)
+        with s.write():
+            s.insert_memories([current], [vector])
+            found = s.locate("bench", memory_id, now)
+            assert found is not None
+            earlier = [Version(i + 1, text, meta, "add" if i == 0 else "update", now - 1000 + i)
+                       for i, (text, meta) in enumerate(versions[:-1])]  # fmt: skip
+            s.insert_versions(found[0], earlier)
+        return memory_id
+
+
+def _difflib_words(before: str, after: str) -> int:
+    """The console's word diff before it was bounded (difflib, no autojunk): runs made."""
+    tokens = re.compile(r"\s+|\w+|[^\w\s]")
+    a, b = tokens.findall(before), tokens.findall(after)
+    return len(difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes())
 
 
 def _time(client: t.Any, path: str, n: int, **kwargs: t.Any) -> tuple[float, float]:
@@ -136,6 +182,55 @@ def main() -> None:
             ),
             ("console: end users (50)", _time(client, "/console/users", args.requests)),
         ]
+        # A memory's history: 20 versions of 2,000 words, each a small edit of the one
+        # before; and 8 versions of 64 KiB that share no run of words (and as much
+        # metadata), the most comparing a page can be asked for.
+        base = _prose(2000, 0).split(" ")
+        small = [(" ".join(base[: 100 * i] + ["edited", "here"] + base[100 * i :]), {"v": i})
+                 for i in range(20)]  # fmt: skip
+        large = [(_prose(9300, i)[:65_000], {"note": _prose(2000, 100 + i)[:12_000]})
+                 for i in range(8)]  # fmt: skip
+        small_id, large_id = _history(app, small), _history(app, large)
+        heavy = max(5, args.requests // 10)
+        history = [
+            (
+                "API memory.history, 20 versions, small edits",
+                _time(
+                    client,
+                    f'/trpc/memory.history?input={{"id":"{small_id}"}}',
+                    args.requests,
+                    **api,
+                ),  # fmt: skip
+            ),
+            (
+                "console: their page, each diff word by word",
+                _time(client, f"/console/memory?id={small_id}", args.requests),
+            ),
+            (
+                "API memory.history, 8 versions of 64 KiB",
+                _time(client, f'/trpc/memory.history?input={{"id":"{large_id}"}}', heavy, **api),
+            ),
+            (
+                "console: their page, all of its diff budget",
+                _time(client, f"/console/memory?id={large_id}", heavy),
+            ),
+        ]
+        # The comparing itself: the large history's pairs with a whole page's budget.
+        versions = [{"version": i + 1, "content": text, "metadata": meta, "event": "update",
+                     "at": "-"} for i, (text, meta) in enumerate(large)]  # fmt: skip
+        budget = diff.Budget()
+        started = time.perf_counter()
+        diff.versions(versions, budget)
+        compared_ms = (time.perf_counter() - started) * 1000
+        spent = diff.PAGE_STEPS - budget.left
+        # The diff before it was bounded, on one pair of 4,000 characters.
+        before_pair = (_prose(700, 1)[:4000], _prose(700, 2)[:4000])
+        started = time.perf_counter()
+        _difflib_words(*before_pair)
+        difflib_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        diff.words(*before_pair)
+        bounded_ms = (time.perf_counter() - started) * 1000
     with recording("console"):
         print(
             f"one end user with {args.memories:,} memories, {args.users:,} other users; "
@@ -147,6 +242,22 @@ def main() -> None:
             print(f"{name:45} {p50:7.1f} {p90:7.1f} {p50 / base:6.2f}")
         worst = max(p50 for name, (p50, _) in rows if name.startswith("console"))
         print(f"\nslowest console page, median: {worst:.1f} ms (target: under 50 ms)")
+        print(
+            "\na memory's history page: its versions compared word by word within "
+            f"{diff.PAGE_STEPS:,} steps a page"
+        )
+        print(f"{'request':45} {'p50 ms':>7} {'p90 ms':>7} {'ratio':>6}")
+        for name, (p50, p90) in history:
+            print(f"{name:45} {p50:7.1f} {p90:7.1f} {p50 / base:6.2f}")
+        print(
+            f"\ncomparing the 8 versions of 64 KiB: {spent:,} steps of its budget, "
+            f"{compared_ms:.0f} ms in all"
+        )
+        print(
+            f"one pair of 4,000-character texts sharing no run of words: the diff before "
+            f"(difflib) {difflib_ms:.0f} ms, bounded {bounded_ms:.1f} ms "
+            f"({difflib_ms / bounded_ms:.0f}x)"
+        )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ class Maintenance(threading.Thread):
                 self._erasures = erasures
             if self.search_cache is not None:
                 self.search_cache.prune(store)
-            # PostgreSQL's shared limits: forget keys idle for minutes.
+            # Limits: forget keys idle for minutes (PostgreSQL: any key's
+            # rows; SQLite: the files of keys that come and go).
             self.backend.limiter.sweep()
         finally:
             store.reset()

@@ -43,6 +43,14 @@ import weakref
 import numpy as np
 
 WINDOW_MS = 60_000
+#: Keys that come and go, such as one per client address (the console's
+#: sign-in attempts), are named with this prefix. Their files are opened
+#: for each use rather than kept open, and :meth:`Limiter.sweep` removes
+#: them once idle for two windows, as PostgreSQL's sweep removes any key's
+#: rows. An API key's file stays: there is one per key, reused in place.
+EPHEMERAL = "ephemeral-"
+#: How long a key must be idle before a sweep forgets it: two windows.
+IDLE_MS = 2 * WINDOW_MS
 MAX_PER_MINUTE = 100_000
 MAX_CONCURRENT = 10_000
 
@@ -106,11 +114,12 @@ class Refused(Exception):
 class _KeyState:
     """One key's file, mapped as numpy arrays, and the lock for this process's threads."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, *, create: bool = True):
         self.lock = threading.Lock()
         # Never through a symbolic link, and only a file of ours: the folder
         # is private, but a file planted before it was made private is not.
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        self.fd = os.open(path, flags, 0o600)
         info = os.fstat(self.fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
             os.close(self.fd)
@@ -349,8 +358,28 @@ class Limiter:
             return sum(_alive(int(pid), int(exp), now) for pid, _, exp in state.slots if pid)
 
     def sweep(self) -> int:
-        """Nothing to forget: a key's file keeps one window of times and is reused in place."""
-        return 0
+        """Remove the files of :data:`EPHEMERAL` keys idle for two windows; how many went.
+
+        Each is removed under its lock, once its calls are past counting and
+        it holds no slot. A process that opened it before, and locks it
+        after, sees it gone and opens the path again (:meth:`_ephemeral`).
+        API keys' files are kept: one window of times each, reused in place.
+        """
+        removed = 0
+        now = self.clock()
+        for name in os.listdir(self.directory):
+            if not name.startswith(EPHEMERAL):
+                continue
+            path = os.path.join(self.directory, name)
+            try:
+                state = _KeyState(path, create=False)
+            except OSError:
+                continue  # removed meanwhile, or not a file of ours
+            with _locked(state):
+                if os.fstat(state.fd).st_nlink and _idle(state, now):
+                    os.unlink(path)
+                    removed += 1
+        return removed
 
     # -- internals -----------------------------------------------------------------
 
@@ -358,6 +387,8 @@ class Limiter:
         state = self._states.get(key_id)
         if state is not None:
             return state
+        if key_id.startswith(EPHEMERAL):
+            return self._ephemeral(key_id)
         with self._states_lock:
             state = self._states.get(key_id)
             if state is None:
@@ -368,6 +399,22 @@ class Limiter:
                 while len(self._states) > self.max_open:
                     self._states.popitem(last=False)
             return state
+
+    def _ephemeral(self, key_id: str) -> _KeyState:
+        """An :data:`EPHEMERAL` key's file, opened for this use only, its lock already held.
+
+        Locked here, where it is known to be the file still at its path (a
+        sweep may have removed the one opened a moment ago); the caller's
+        lock of it is then a lock it holds already, and closing the file
+        when the state goes releases it.
+        """
+        path = os.path.join(self.directory, _file_name(key_id))
+        while True:
+            state = _KeyState(path)
+            fcntl.flock(state.fd, fcntl.LOCK_EX)
+            if os.fstat(state.fd).st_nlink:
+                return state
+            del state  # swept: closed, and the path opened again
 
     def _prepare(self, state: _KeyState, limits: Limits, now: int) -> None:
         """Make the key's layout fit ``limits``, keeping its history when it can."""
@@ -409,6 +456,20 @@ def _check_rate(state: _KeyState, limits: Limits, units: int, retry_units: int, 
     raise Refused(
         f"Rate limit exceeded: {limits.per_minute} requests per minute",
         max(1, math.ceil((leaves - now) / 1000)),
+    )
+
+
+def _idle(state: _KeyState, now: int) -> bool:
+    """Whether a key made no call for :data:`IDLE_MS` and holds no slot (its file locked)."""
+    if not state.load():
+        return True  # nothing in it, or not a layout of ours
+    latest = int(state.ring.max())
+    if latest > now + 1000:
+        return True  # times from before a reboot: the monotonic clock restarted
+    if latest and now - latest < IDLE_MS:
+        return False
+    return not any(
+        pid and _alive(int(pid), int(expiry), now) for pid, _, expiry in state.slots.tolist()
     )
 
 

@@ -106,6 +106,13 @@ def _http_url(value: t.Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
+def _public_url(value: t.Any) -> bool:
+    if not _http_url(value):
+        return False
+    parts = urlsplit(value)
+    return not (parts.query or parts.fragment or "@" in parts.netloc)
+
+
 def _address(value: t.Any) -> bool:
     """host:port, [v6]:port or unix:/path, as gunicorn takes them."""
     if not isinstance(value, str) or not value:
@@ -323,6 +330,11 @@ SETTINGS: tuple[Setting, ...] = (
     # Serving
     _S("BIND", "127.0.0.1:8000", _address, "host:port or unix:/path",
        "Address gunicorn listens on.", "Serving"),
+    _S("PUBLIC_URL", None, _optional(_public_url), "an http(s) URL without query or fragment",
+       "The URL browsers reach memsvc at (`https://memory.example.com`, with a path if it is "
+       "served under one). Where memsvc must give out an absolute URL of itself (the console's "
+       "OpenID Connect `redirect_uri`), it is built from this, not from the request's `Host` "
+       "header.", "Serving"),
     _S("WORKERS", None, _optional(positive_int), "a positive whole number",
        "Worker processes (gunicorn's `WEB_CONCURRENCY`).", "Serving",
        shown_default="one per core", env_name="WEB_CONCURRENCY"),

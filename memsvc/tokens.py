@@ -18,7 +18,9 @@ In both, ``exp`` is required, ``nbf``/``iat`` are honoured, ``iss`` and
 ``aud`` are checked when configured (always in OIDC mode, where
 ``MEMSVC_OIDC_ISSUER`` is required even with ``MEMSVC_JWKS_URL``), and the tenant id
 (``idpUserId``) is the ``sub`` claim (``MEMSVC_JWT_TENANT_CLAIM``). The
-token itself is never logged or echoed.
+token itself is never logged or echoed. :func:`discover` reads and checks a
+provider's discovery document, for the keys here and for the console's
+sign-in alike.
 
 JOSE is done with joserfc, the JOSE library of the Authlib project, which
 Authlib itself now uses and recommends over its deprecated ``authlib.jose``;
@@ -138,7 +140,9 @@ def _decode(token: str, key: t.Any, algorithms: t.Sequence[str]) -> dict[str, t.
         raise Unauthorized("Token signing algorithm not accepted") from None
     except BadSignatureError:
         raise Unauthorized("Token signature does not verify") from None
-    except (JoseError, ValueError, TypeError, KeyError):
+    except (JoseError, ValueError, TypeError, KeyError, RecursionError):
+        # RecursionError: a payload nested past the JSON parser's depth,
+        # correctly signed or not, is as malformed as any other.
         raise Unauthorized("Malformed or unverifiable token") from None
 
 
@@ -253,10 +257,14 @@ class OidcVerifier:
 
     def _jwks_url(self) -> str:
         if self.jwks_url is None:
-            discovery = self._get_json(
-                self.issuer.rstrip("/") + "/.well-known/openid-configuration"
-            )
-            self.jwks_url = _discovered_jwks_url(self.issuer, discovery)
+            try:
+                found = discover(
+                    self.issuer, ("jwks_uri",), session=self._session, timeout=self.timeout
+                )
+            except DiscoveryFailed as e:
+                log.warning("identity provider unreachable or unusable: %s", e)
+                raise _Unreachable("discovery") from None
+            self.jwks_url = found["jwks_uri"]
         return self.jwks_url
 
     def _get_json(self, url: str) -> t.Any:
@@ -273,34 +281,68 @@ class OidcVerifier:
         return body
 
 
-def _discovered_jwks_url(issuer: str, discovery: dict[str, t.Any]) -> str:
-    """The ``jwks_uri`` of a provider's discovery document, once the document checks out.
+class DiscoveryFailed(Exception):
+    """The provider's discovery document could not be had, or is not acceptable (says why)."""
 
-    Authlib checks the document as OpenID Connect Discovery requires
-    (https, no query or fragment in the issuer); a provider on this machine
-    may use plain http, for development.
+
+#: What the discovery document may name, each checked by Authlib when it is there.
+_ENDPOINTS = ("jwks_uri", "authorization_endpoint", "token_endpoint")
+
+
+def discover(
+    issuer: str,
+    needs: t.Sequence[str],
+    *,
+    session: requests.Session | None = None,
+    timeout: float = 5,
+) -> dict[str, str]:
+    """The endpoints ``needs`` names, from ``issuer``'s discovery document once it checks out.
+
+    One check for every use (tokens' keys, the console's sign-in): the
+    document names this very issuer; the issuer and every endpoint it names
+    are https with no fragment, as OpenID Connect Discovery requires (Authlib
+    checks them; a provider on this machine may use plain http, for
+    development); and each endpoint needed is there.
+
+    :raises DiscoveryFailed: unreachable, not JSON, or not acceptable.
     """
-    metadata = OpenIDProviderMetadata(discovery)
+    url = issuer.rstrip("/") + "/.well-known/openid-configuration"
+    try:
+        resp = (session or requests).get(url, timeout=timeout)
+        resp.raise_for_status()
+        document = resp.json()
+    except (requests.RequestException, ValueError) as e:
+        raise DiscoveryFailed(f"GET {url} failed: {type(e).__name__}") from None
+    if not isinstance(document, dict):
+        raise DiscoveryFailed(f"{url} did not return a JSON object")
+    metadata = OpenIDProviderMetadata(document)
     if metadata.get("issuer") != issuer:
-        log.warning(
-            "OIDC discovery at %s names issuer %r, not the configured one",
-            issuer,
-            metadata.get("issuer"),
+        raise DiscoveryFailed(
+            f"the discovery document at {url} names issuer {metadata.get('issuer')!r}, "
+            "not the configured one"
         )
-        raise _Unreachable("discovery issuer mismatch")
-    url = metadata.get("jwks_uri")
-    if not isinstance(url, str):
-        log.warning("OIDC discovery at %s has no jwks_uri", issuer)
-        raise _Unreachable("no jwks_uri")
+    missing = [name for name in needs if not isinstance(metadata.get(name), str)]
+    if missing:
+        raise DiscoveryFailed(f"the discovery document at {url} has no {', '.join(missing)}")
+    checks = {
+        "jwks_uri": metadata.validate_jwks_uri,
+        "authorization_endpoint": metadata.validate_authorization_endpoint,
+        "token_endpoint": metadata.validate_token_endpoint,
+    }
     try:
         if not _loopback(issuer):
             metadata.validate_issuer()
-        if not _loopback(url):
-            metadata.validate_jwks_uri()
+        for name in _ENDPOINTS:
+            value = metadata.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or urlsplit(value).fragment:
+                raise ValueError(f'"{name}" is not a URL without fragment')
+            if not _loopback(value):
+                checks[name]()
     except ValueError as e:
-        log.warning("OIDC discovery at %s is not acceptable: %s", issuer, e)
-        raise _Unreachable("bad discovery document") from None
-    return url
+        raise DiscoveryFailed(f"the discovery document at {url} is not acceptable: {e}") from None
+    return {name: str(metadata[name]) for name in needs}
 
 
 def _loopback(url: str) -> bool:

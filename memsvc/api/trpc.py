@@ -232,11 +232,26 @@ def _execute(call: Call) -> str:
             f'Unsupported {method}-request to {proc.type} procedure at path "{call.path}"',
             headers={"Allow": _METHOD[proc.type]},
         )
-    return through(proc.middleware, call, lambda: _handle(call, proc))
+    return run_procedure(call, proc, proc.output.encode)
 
 
-def _handle(call: Call, proc: Procedure) -> str:
-    """Past its middleware: the call's input read and validated, its handler's answer."""
+_T = t.TypeVar("_T")
+
+
+def run_procedure(call: Call, proc: Procedure, finish: t.Callable[[t.Any], _T]) -> _T:
+    """``call`` of ``proc``, once found and its method checked: the one way a procedure runs.
+
+    Through the procedure's middleware (its credential, limits, lastUsedAt),
+    then its input read and validated (400), its handler, and ``finish``
+    applied to the handler's result: the wire encodes it, the console
+    renders a page from it. ``finish`` runs before the middleware gives
+    back what it took, so its work is done inside the call's concurrency slot.
+    """
+    return through(proc.middleware, call, lambda: finish(proc.handler(call, _params(call, proc))))
+
+
+def _params(call: Call, proc: Procedure) -> dict[str, t.Any]:
+    """Past its middleware: the call's input, read and validated."""
     params: dict[str, t.Any] = {}
     if proc.input is not None:
         raw = call.raw_input()
@@ -253,7 +268,7 @@ def _handle(call: Call, proc: Procedure) -> str:
             params = proc.input.load(raw)
         except ValidationError as e:
             raise BadRequest("Invalid input: " + "; ".join(error_text(e.messages))) from None
-    return proc.output.encode(proc.handler(call, params))
+    return params
 
 
 class _Inputs:

@@ -3,7 +3,8 @@
 A backend owns what memsvc keeps about its database beyond the store's
 methods: the connections (one per thread, made on first use, so none
 crosses gunicorn's fork), the per-key limiter that goes with that kind of
-deployment, getting the database ready to serve (:meth:`Backend.prepare`),
+deployment, the console sessions signed out (:mod:`.signouts`), getting the
+database ready to serve (:meth:`Backend.prepare`),
 the locks that tell a running server from maintenance, and what failed in
 storage lately (:class:`StorageFailures`, for ``/health``).
 :func:`memsvc.store.open_backend` makes the one ``MEMSVC_DATABASE`` names.
@@ -22,6 +23,7 @@ from ..limits import KeyLimiter
 from . import schema
 from .base import FullStore
 from .schema import StoreMismatch
+from .signouts import SignOuts
 
 
 class DatabaseInUse(Exception):
@@ -117,6 +119,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def limiter(self) -> KeyLimiter:
         """The per-key limiter of this kind of deployment, made on first use."""
+
+    @property
+    @abc.abstractmethod
+    def signouts(self) -> SignOuts:
+        """The console sessions signed out, seen by every process serving this database."""
 
     # -- connections -----------------------------------------------------------------
 

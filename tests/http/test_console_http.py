@@ -6,10 +6,19 @@ from memsvc.api.context import store
 from memsvc.services import keys
 
 
-def sign_in(client, secret):
-    form = client.get("/console/sign-in").get_data(as_text=True)
-    csrf = re.search(r'name="csrf" value="([^"]+)"', form).group(1)
-    return client.post("/console/sign-in", data={"csrf": csrf, "what": "key", "secret": secret})
+def sign_in(client, secret, what="key", **options):
+    """Sign in as a person does: the form's token first, then the secret typed into it."""
+    form = client.get("/console/sign-in", **options).get_data(as_text=True)
+    # The sign-in form's token (a signed-in page's header carries the session's first).
+    csrf = re.findall(r'name="csrf" value="([^"]+)"', form)[-1]
+    return client.post(
+        "/console/sign-in", data={"csrf": csrf, "what": what, "secret": secret}, **options
+    )
+
+
+def csrf_of(page):
+    """The session's CSRF token, from a signed-in page's sign-out form."""
+    return re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True)).group(1)
 
 
 def test_the_console_can_be_turned_off(make_app):
@@ -92,3 +101,20 @@ def test_an_expired_token_ends_key_management_but_not_the_key_session(make_app):
     assert expired.status_code == 302 and "why=token" in expired.headers["Location"]
     assert client.get("/console/keys").status_code == 302  # the token is gone for good
     assert client.get("/console/users").status_code == 200  # the key is still signed in
+
+
+def test_a_refused_input_is_worded_as_the_api_words_it(client, key):
+    """The console runs a procedure the way the wire does: the same checks, the same message."""
+    import html
+    import json
+
+    sign_in(client, key)
+    user_id = "u" * 300
+    api = client.get(
+        "/trpc/memory.getAll",
+        query_string={"input": json.dumps({"userId": user_id, "limit": 26})},
+        headers={"x-api-key": key},
+    ).json["error"]["message"]
+    assert api.startswith("Invalid input: userId")
+    page = client.get("/console/user", query_string={"id": user_id})
+    assert html.escape(api, quote=False) in page.text

@@ -18,14 +18,29 @@ from __future__ import annotations
 
 import typing as t
 
-import requests
 from authlib.common.security import generate_token
 from authlib.integrations.requests_client import OAuth2Session
 from flask import Flask
 from flask import current_app
 
+from ...tokens import DiscoveryFailed
+from ...tokens import discover
+
 #: The cookie holding state, nonce and code verifier between the two legs.
 COOKIE = "memsvc_console_oidc"
+
+
+#: The error codes of an authorization response (RFC 6749 4.1.2.1, OpenID Connect Core
+#: 3.1.2.6): the only text of the provider's redirect the console repeats.
+_ERROR_CODES = frozenset(
+    [
+        "invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
+        "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
+        "login_required", "account_selection_required", "consent_required",
+        "invalid_request_uri", "invalid_request_object", "request_not_supported",
+        "request_uri_not_supported", "registration_not_supported",
+    ]
+)  # fmt: skip
 
 
 class Failed(Exception):
@@ -37,25 +52,19 @@ def enabled(app: Flask) -> bool:
 
 
 def _endpoints() -> dict[str, str]:
+    """The provider's authorization and token endpoints, discovered (and checked) once."""
     cached = current_app.extensions.get("memsvc_console_oidc")
     if cached is not None:
         return t.cast(dict[str, str], cached)
-    issuer = current_app.config["OIDC_ISSUER"]
-    url = issuer.rstrip("/") + "/.well-known/openid-configuration"
     try:
-        resp = requests.get(url, timeout=5)
-        resp.raise_for_status()
-        document = resp.json()
-        found = {
-            "authorize": str(document["authorization_endpoint"]),
-            "token": str(document["token_endpoint"]),
-        }
-    except (requests.RequestException, ValueError, KeyError, TypeError) as e:
+        found = discover(
+            current_app.config["OIDC_ISSUER"], ("authorization_endpoint", "token_endpoint")
+        )
+    except DiscoveryFailed as e:
         raise Failed(f"the identity provider's discovery document is unusable ({e})") from None
-    if document.get("issuer") != issuer:
-        raise Failed("the identity provider's discovery document names another issuer")
-    current_app.extensions["memsvc_console_oidc"] = found
-    return found
+    endpoints = {"authorize": found["authorization_endpoint"], "token": found["token_endpoint"]}
+    current_app.extensions["memsvc_console_oidc"] = endpoints
+    return endpoints
 
 
 def _client(redirect_uri: str) -> OAuth2Session:
@@ -91,7 +100,10 @@ def start(redirect_uri: str) -> tuple[str, dict[str, str]]:
 def finish(redirect_uri: str, pending: dict[str, str], args: t.Mapping[str, str]) -> str:
     """The access token for the provider's answer ``args``, once it is the one expected."""
     if "error" in args:
-        raise Failed(f"the identity provider refused: {args.get('error')}")
+        # Its text is the sender's, whoever that is: never shown, beyond a code OAuth defines.
+        code = args.get("error")
+        named = f" ({code})" if code in _ERROR_CODES else ""
+        raise Failed(f"the identity provider refused the sign-in{named}")
     if not pending.get("state") or args.get("state") != pending["state"]:
         raise Failed("the sign-in came back with a state this browser did not start")
     code = args.get("code")

@@ -4,10 +4,12 @@ The cookie holds the API key (and the key-management token) the person
 typed, so it is encrypted as well as signed (Fernet: AES and HMAC), never
 readable by page scripts (HttpOnly), sent only to /console and only by
 same-site requests (SameSite=Strict), and only over HTTPS when the console is
-served over HTTPS (Secure). Nothing is kept server-side: every request
-re-checks the key (or token) through the API's own middleware, so a revoked
-key or an expired token ends the session at its next request, and a session
-left idle past ``CONSOLE_IDLE_SECONDS`` is gone.
+served over HTTPS (Secure). Every request re-checks the key (or token)
+through the API's own middleware, so a revoked key or an expired token ends
+the session at its next request, and a session left idle past
+``CONSOLE_IDLE_SECONDS`` is gone. The one thing kept server-side is which
+sessions were signed out (:func:`end`), so that a copy of a cookie taken
+before its sign-out is refused by every worker and server after it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from flask import request
 from werkzeug.wrappers import Response
 
 from ...errors import ConfigError
+from ...store.signouts import SignOuts
+from ..context import runtime
 
 COOKIE = "memsvc_console"
 #: The sign-in form's own session (its CSRF token only): a sign-in page opened
@@ -40,6 +44,8 @@ PATH = "/console"
 class Session:
     """A signed-in person: an API key (memories) and, for key management, a token."""
 
+    #: Which session this is: a sign-out records it as ended (see :func:`end`).
+    sid: str
     csrf: str
     seen: float
     api_key: str | None = None
@@ -49,7 +55,7 @@ class Session:
 
     @classmethod
     def new(cls) -> Session:
-        return cls(csrf=secrets.token_urlsafe(32), seen=time.time())
+        return cls(sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32), seen=time.time())
 
     @property
     def signed_in(self) -> bool:
@@ -112,7 +118,24 @@ def load(name: str = COOKIE) -> Session | None:
         return None
     if time.time() - session.seen > current_app.config["CONSOLE_IDLE_SECONDS"]:
         return None
+    if name == COOKIE and _signouts().ended(session.sid):
+        return None  # a copy of a cookie from before its sign-out
     return session
+
+
+def end(session: Session) -> None:
+    """End ``session`` on every worker and server: a copy of its cookie is refused from now.
+
+    Recorded until no cookie of it could be accepted any more: the newest
+    one was issued at most now, and goes idle ``CONSOLE_IDLE_SECONDS`` after
+    it (a minute more, for servers whose clocks differ a little).
+    """
+    until = time.time() + current_app.config["CONSOLE_IDLE_SECONDS"] + 60
+    _signouts().end(session.sid, until)
+
+
+def _signouts() -> SignOuts:
+    return runtime().backend.signouts
 
 
 def save(response: Response, session: Session, name: str = COOKIE) -> None:

@@ -11,6 +11,7 @@ from .connection import PgDatabase
 from .connection import database_name
 from .connection import servers_connected
 from .limits import PgLimiter
+from .signouts import PgSignOuts
 from .store import PgStore
 
 
@@ -24,6 +25,7 @@ class PostgresBackend(Backend):
         self.url = url
         self.db = PgDatabase(url, max_size=max_size)
         self._limiter: PgLimiter | None = None
+        self._signouts: PgSignOuts | None = None
         # Each server finds out for itself: they share no folder.
         self.failures = StorageFailures()
 
@@ -37,6 +39,13 @@ class PostgresBackend(Backend):
         if self._limiter is None:
             self._limiter = PgLimiter(self.db.pooled)
         return self._limiter
+
+    @property
+    def signouts(self) -> PgSignOuts:
+        """Signed-out console sessions, in the database: seen by every server."""
+        if self._signouts is None:
+            self._signouts = PgSignOuts(self.db.pooled)
+        return self._signouts
 
     # -- connections -----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from ...limits import default_directory
 from ..backend import Backend
 from ..backend import DatabaseInUse
 from ..backend import StorageFailures
+from ..signouts import FileSignOuts
 from .backup import backup as copy_database
 from .connection import Database
 from .store import SqliteStore
@@ -43,6 +44,7 @@ class SqliteBackend(Backend):
             path, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, mmap_mb=mmap_mb
         )
         self._limiter: Limiter | None = None
+        self._signouts: FileSignOuts | None = None
         self._serving_lock: int | None = None
         # The limiter's private folder is shared by the workers of this
         # database (on tmpfs where there is one): their /health all know.
@@ -68,6 +70,16 @@ class SqliteBackend(Backend):
                 ) from None
         return self._limiter
 
+    @property
+    def signouts(self) -> FileSignOuts:
+        """Signed-out console sessions: files in a private folder beside the database."""
+        if self._signouts is None:
+            self._signouts = FileSignOuts(self._signouts_path())
+        return self._signouts
+
+    def _signouts_path(self) -> str:
+        return self.path + ".signouts"
+
     # -- connections -----------------------------------------------------------------
 
     def store(self) -> SqliteStore:
@@ -83,13 +95,14 @@ class SqliteBackend(Backend):
         return os.path.lexists(self.path)
 
     def remove(self) -> None:
-        """The file, its -wal, -shm and -journal, and the limiter's folder if it was memsvc's
-        choice (not MEMSVC_LIMITS_DIR's)."""
+        """The file, its -wal, -shm and -journal, its signed-out sessions, and the limiter's
+        folder if it was memsvc's choice (not MEMSVC_LIMITS_DIR's)."""
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path + suffix)
         if self.limits_dir is None and self._limiter is not None:
             shutil.rmtree(self._limiter.directory, ignore_errors=True)
+        shutil.rmtree(self._signouts_path(), ignore_errors=True)
 
     # -- getting ready, and who uses the database --------------------------------------
 

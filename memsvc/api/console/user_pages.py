@@ -1,0 +1,211 @@
+"""The console's pages of end users and their memories: the tenant's users, one user's
+memories (filtered, paged, all deleted at once), and one memory with its history, edited or
+deleted."""
+
+from __future__ import annotations
+
+import typing as t
+
+from flask import redirect
+from flask import request
+from flask import url_for
+from werkzeug.wrappers import Response
+
+from ... import clock
+from ...errors import ApiError
+from . import diff
+from .pages import KEY
+from .pages import bp
+from .pages import call
+from .pages import failure
+from .pages import iso_from_local
+from .pages import json_field
+from .pages import needs
+from .pages import page
+from .pages import url_with
+
+#: Memories on one user's page; end users on the users page.
+PAGE_SIZE = 25
+USERS_PAGE = 50
+
+# -- end users -------------------------------------------------------------------------
+
+
+@bp.get("/users")
+@needs(KEY)
+def users() -> Response:
+    prefix = request.args.get("prefix", "")
+    after = request.args.get("after")
+
+    def render(rows: list[dict[str, t.Any]], error: dict[str, t.Any] | None = None) -> Response:
+        more = len(rows) > USERS_PAGE
+        rows = rows[:USERS_PAGE]
+        return page(
+            "users.html",
+            rows=rows,
+            prefix=prefix,
+            after=after,
+            next_after=rows[-1]["userId"] if more else None,
+            error=error,
+        )
+
+    input: dict[str, t.Any] = {"limit": USERS_PAGE + 1, "prefix": prefix}
+    if after:
+        input["cursor"] = after
+    try:
+        return call("memory.users", input, then=render)
+    except ApiError as e:
+        return render([], failure(e))
+
+
+@bp.get("/user")
+@needs(KEY)
+def user() -> Response:
+    user_id = request.args.get("id", "")
+    after = request.args.get("after") or None
+    filter_text = request.args.get("filter", "").strip()
+    created_from = request.args.get("from", "")
+    created_to = request.args.get("to", "")
+    query = {"id": user_id, "filter": filter_text, "from": created_from, "to": created_to}
+
+    def render(
+        memories: list[dict[str, t.Any]],
+        summary: dict[str, t.Any] | None,
+        error: dict[str, t.Any] | None = None,
+    ) -> Response:
+        more = len(memories) > PAGE_SIZE
+        memories = memories[:PAGE_SIZE]
+        older = {**query, "after": memories[-1]["id"]} if more else None
+        return page(
+            "user.html",
+            user_id=user_id,
+            summary=summary,
+            memories=memories,
+            error=error,
+            filter_text=filter_text,
+            created_from=created_from,
+            created_to=created_to,
+            first_url=url_with("console.user", query),
+            next_url=url_with("console.user", older) if older else None,
+            paged=bool(after),
+            pretty=diff.pretty,
+            now=clock.iso(clock.now_ms()),
+        )
+
+    input: dict[str, t.Any] = {"userId": user_id, "limit": PAGE_SIZE + 1}
+    if after:
+        input["cursor"] = after
+    try:
+        if filter_text:
+            input["filter"] = json_field("filter", filter_text)
+        if created_from:
+            input["createdAfter"] = iso_from_local(created_from)
+        if created_to:
+            input["createdBefore"] = iso_from_local(created_to)
+        memories = call("memory.getAll", input)
+
+        def summarised(found: list[dict[str, t.Any]]) -> Response:
+            summary = found[0] if found and found[0]["userId"] == user_id else None
+            return render(memories, summary)
+
+        return call("memory.users", {"prefix": user_id, "limit": 1}, then=summarised)
+    except ApiError as e:
+        return render([], None, failure(e))
+
+
+@bp.post("/user/delete-all")
+@needs(KEY)
+def delete_all() -> Response:
+    user_id = request.form.get("id", "")
+    typed = request.form.get("confirm", "")
+    if typed != user_id:
+        return page(
+            "message.html",
+            400,
+            title="Nothing deleted",
+            message="The confirmation did not match the user id exactly, so nothing was deleted.",
+            back=url_with("console.user", {"id": user_id}),
+        )
+    try:
+        result = call("memory.deleteAll", {"userId": user_id})
+    except ApiError as e:
+        return page("message.html", e.status, title="Not deleted", message=e.message, back=None)
+    return page(
+        "message.html",
+        title="Deleted",
+        message=f"Deleted {result['deleted']} memories of {user_id}.",
+        back=url_for("console.users"),
+    )
+
+
+# -- one memory ------------------------------------------------------------------------
+
+
+def _memory_page(
+    memory_id: str, *, status: int | None = None, error: dict[str, t.Any] | None = None
+) -> Response:
+    """A memory's page: it, and its history compared version by version (in the history's call)."""
+    found = call("memory.getById", {"id": memory_id})
+    return call(
+        "memory.history",
+        {"id": memory_id},
+        then=lambda history: page(
+            "memory.html",
+            status,
+            memory=found,
+            versions=diff.versions(history),
+            pretty=diff.pretty,
+            error=error,
+            saved=error is None and request.args.get("saved") == "1",
+        ),
+    )
+
+
+@bp.get("/memory")
+@needs(KEY)
+def memory() -> Response:
+    try:
+        return _memory_page(request.args.get("id", ""))
+    except ApiError as e:
+        return page("message.html", e.status, title="No such memory", message=e.message, back=None)
+
+
+@bp.post("/memory/update")
+@needs(KEY)
+def update() -> Response:
+    memory_id = request.form.get("id", "")
+    input: dict[str, t.Any] = {"id": memory_id, "content": request.form.get("content", "")}
+    try:
+        metadata_text = request.form.get("metadata", "").strip()
+        input["metadata"] = json_field("metadata", metadata_text) if metadata_text else None
+        expires = request.form.get("expiresAt", "").strip()
+        # The field as it was shown: unchanged, the expiry is left alone.
+        if expires[:19] != request.form.get("expiresWas", ""):
+            input["expiresAt"] = iso_from_local(expires) if expires else None
+        call("memory.update", input)
+    except ApiError as e:
+        try:
+            return _memory_page(memory_id, status=e.status, error=failure(e))
+        except ApiError as again:
+            return page("message.html", again.status, title="Not saved", message=e.message)
+    return redirect(url_with("console.memory", {"id": memory_id, "saved": "1"}))
+
+
+@bp.post("/memory/delete")
+@needs(KEY)
+def delete() -> Response:
+    memory_id = request.form.get("id", "")
+    user_id = request.form.get("user", "")
+    if request.form.get("confirm") != "yes":
+        return page(
+            "message.html",
+            400,
+            title="Nothing deleted",
+            message="Tick the box to confirm the deletion.",
+            back=url_with("console.memory", {"id": memory_id}),
+        )
+    try:
+        call("memory.delete", {"id": memory_id})
+    except ApiError as e:
+        return page("message.html", e.status, title="Not deleted", message=e.message, back=None)
+    return redirect(url_with("console.user", {"id": user_id}))
