@@ -116,7 +116,7 @@ def test_a_bad_setting_stops_start_up_with_one_line(tmp_path, command, setting, 
 @pytest.mark.parametrize("command", [GUNICORN, MEMSVC_RUN], ids=["gunicorn", "memsvc-run"])
 def test_a_busy_port_stops_start_up_at_once_naming_memsvc_bind(server, tmp_path, command):
     address = server.url.removeprefix("http://")
-    stderr, seconds = start_and_fail(tmp_path, command, MEMSVC_BIND=address)
+    stderr, _ = start_and_fail(tmp_path, command, MEMSVC_BIND=address)
     line = (
         f"MEMSVC_BIND '{address}': the address is already in use "
         "(another server listens there; choose another port)"
@@ -128,8 +128,9 @@ def test_a_busy_port_stops_start_up_at_once_naming_memsvc_bind(server, tmp_path,
         assert stderr.strip() == f"Error: {line}", stderr
         operations = " ".join((REPO / "docs" / "operations.md").read_text().split())
         assert f"`Error: {line.replace(address, '127.0.0.1:8000')}`" in operations
-    assert "Connection in use" not in stderr  # gunicorn's own five retries
-    assert seconds < 5
+    # gunicorn's own five retries (a second apart) each print this: none
+    # happened. (Not timed: start-up alone takes seconds on a busy machine.)
+    assert "Connection in use" not in stderr
 
 
 @pytest.mark.parametrize("command", [GUNICORN, MEMSVC_RUN], ids=["gunicorn", "memsvc-run"])
