@@ -309,6 +309,23 @@ class SearchInput(_Scoped):
         load_default=False,
         metadata={"description": "Also answer, per result, why it ranked where it did."},
     )
+    time = fields.String(
+        load_default=None,
+        validate=validate.OneOf(("on", "off"), error="must be one of on, off"),
+        error_messages={**_MESSAGES, "invalid": "must be a string"},
+        metadata={
+            "description": 'Rank memories inside the time the query names ("last week", '
+            '"in May 2023") higher: on by default in hybrid mode, off in the others.'
+        },
+    )
+    now = Moment(
+        load_default=None,
+        metadata={
+            "description": "The time the query's time expressions are resolved against "
+            '(ISO, with its zone: "yesterday" is the day before its own date). Default: '
+            "the time of the call, in UTC."
+        },
+    )
     context = WholeNumber(
         load_default=0,
         validate=validate.Range(0, 10, error="must be between 0 and 10"),

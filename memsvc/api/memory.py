@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import typing as t
 
+from .. import clock
 from ..errors import BadRequest
 from ..errors import NotFound
+from ..models import Moment
 from ..models import Selection
 from ..observability import audit
 from ..services import conversations
 from ..services import memories
+from ..services import timing
 from . import inputs
 from . import middleware
 from . import outputs
@@ -44,6 +47,9 @@ def add(call: Call, params: dict[str, t.Any]) -> t.Any:
 def search(call: Call, params: dict[str, t.Any]) -> t.Any:
     query_embedder = call.runtime.query_embedder(call.caller.tenant)
     middleware.pay_for_embedding(call, "query", params["query"], query_embedder, query=True)
+    by_time = timing.ranks_by_time(params["mode"], params["time"])
+    now = params["now"] or Moment(clock.now_ms())
+    interval = timing.query_time(params["query"], now) if by_time else None
     found = memories.search(
         call.store(),
         query_embedder,
@@ -60,11 +66,16 @@ def search(call: Call, params: dict[str, t.Any]) -> t.Any:
         created_before=params["createdBefore"],
         mode=params["mode"],
         max_filter_bytes=call.config["MAX_FILTER_SCAN_BYTES"],
+        selection=selection_of(params),
+        interval=interval,
+        time_on=by_time,
     )
     contexts = conversations.context_of(
         call.store(), call.caller.tenant, [r.memory for r in found], params["context"]
     )
-    return outputs.SearchAnswer(found, explain=params["explain"], contexts=contexts)
+    return outputs.SearchAnswer(
+        found, explain=params["explain"], contexts=contexts, time=interval, by_time=by_time
+    )
 
 
 @router.query("getAll", input=inputs.GetAllInput(), output=outputs.MEMORIES)

@@ -15,6 +15,7 @@ import typing as t
 from .. import wire
 from ..models import ApiKey
 from ..models import CreatedKey
+from ..models import DateSpan
 from ..models import EndUser
 from ..models import ScoredMemory
 from ..models import Session
@@ -132,6 +133,25 @@ class SearchAnswer:
     explain: bool = False
     #: The messages around each result that is a message, by its id (search's ``context``).
     contexts: dict[str, Context] = dataclasses.field(default_factory=dict)
+    #: Whether the search ranked by the time its query names, and that time (None: none).
+    by_time: bool = False
+    time: DateSpan | None = None
+
+
+def _explain(answer: SearchAnswer, r: ScoredMemory) -> dict[str, t.Any]:
+    out: dict[str, t.Any] = {
+        "cosine": _number(r.similarity),
+        "keyword": None if r.keyword is None else _number(r.keyword),
+        "score": _number(r.similarity if r.score is None else r.score),
+    }
+    if r.parts is not None:
+        out["parts"] = {name: _number(float(value)) for name, value in r.parts.items()}
+    if answer.by_time:
+        span = answer.time
+        out["time"] = (
+            None if span is None else {"text": span.text, "start": span.start, "end": span.end}
+        )
+    return out
 
 
 def _number(value: float) -> float | int:
@@ -147,11 +167,7 @@ def search_results(answer: SearchAnswer) -> list[dict[str, t.Any]]:
         if r.matched_by is not None:
             item["matchedBy"] = list(r.matched_by)
         if answer.explain:
-            item["explain"] = {
-                "cosine": _number(r.similarity),
-                "keyword": None if r.keyword is None else _number(r.keyword),
-                "score": _number(r.similarity if r.score is None else r.score),
-            }
+            item["explain"] = _explain(answer, r)
         context = answer.contexts.get(r.memory.id)
         if context is not None:
             item["context"] = {
@@ -171,12 +187,7 @@ def search_results_text(answer: SearchAnswer) -> str:
         if r.matched_by is not None:
             text += ',"matchedBy":' + wire.encode(list(r.matched_by))
         if answer.explain:
-            keyword = "null" if r.keyword is None else number(_number(r.keyword))
-            score = _number(r.similarity if r.score is None else r.score)
-            text += (
-                f',"explain":{{"cosine":{number(_number(r.similarity))},'
-                f'"keyword":{keyword},"score":{number(score)}}}'
-            )
+            text += ',"explain":' + wire.encode(_explain(answer, r))
         context = answer.contexts.get(r.memory.id)
         if context is not None:
             text += (
@@ -220,8 +231,31 @@ _SEARCH_RESULT = Component(
                     "score": {
                         "type": "number",
                         "description": "What the mode ranked by: the cosine (semantic), "
-                        "the BM25 score (keyword), the cosine plus 0.5 x the keyword "
-                        "strength squared (hybrid).",
+                        "the BM25 score (keyword), the sum of the parts (hybrid).",
+                    },
+                    "parts": {
+                        "type": "object",
+                        "additionalProperties": {"type": "number"},
+                        "description": "Hybrid mode: the named parts the score adds up: "
+                        "cosine, keyword, and where they apply cosineWithoutNames, "
+                        "neighbours, session, speaker, short, dates, time, newer "
+                        "(docs/api.md, hybrid ranking).",
+                    },
+                    "time": {
+                        "oneOf": [
+                            {"type": "null"},
+                            object_schema(
+                                {
+                                    "text": {"type": "string"},
+                                    "start": {"type": "string", "format": "date"},
+                                    "end": {"type": "string", "format": "date"},
+                                },
+                                ["text", "start", "end"],
+                            ),
+                        ],
+                        "description": "When the search ranked by the time its query "
+                        "names: that time as written and its dates (inclusive), or null "
+                        "if the query names none.",
                     },
                 },
                 ["cosine", "keyword", "score"],

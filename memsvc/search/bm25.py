@@ -88,3 +88,56 @@ def rank(
     held = np.bincount(owner, weights=weights[term_of]) / information
     order = np.lexsort((-seqs, -scores))
     return Matches(seqs[order], scores[order], np.clip(held[order], 0.0, 1.0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Coverage:
+    """Which of a query's terms each memory holds: the strength of several memories together.
+
+    A message's words are often not all in one turn: "When is the dentist?"
+    asked by one speaker, "Thursday at 7" answered by the next. The strength
+    of a group (a message and its neighbours, a whole session) is the share
+    of the query's information the group holds between them, as a single
+    memory's strength is (:func:`rank`).
+    """
+
+    #: Each memory's held terms, as a bit set over the query's present terms.
+    held: t.Mapping[int, int]
+    #: Each present term's share of the query's information, by bit.
+    weights: tuple[float, ...]
+
+    def strength(self, seqs: t.Iterable[int]) -> float:
+        """The strength of these memories taken together, in [0, 1]."""
+        bits = 0
+        for seq in seqs:
+            bits |= self.held.get(seq, 0)
+        if not bits:
+            return 0.0
+        return min(1.0, sum(w for i, w in enumerate(self.weights) if bits >> i & 1))
+
+
+def coverage(
+    postings: t.Sequence[tuple[int, int, int, int]],
+    asked: t.Mapping[int, bool],
+    documents: int,
+) -> Coverage:
+    """The :class:`Coverage` of a query's terms over the memories holding any (see :func:`rank`
+    for the arguments and the weighing)."""
+    if not postings or documents <= 0:
+        return Coverage({}, ())
+    rows = np.array(postings, dtype=np.int64)
+    present, term_of = np.unique(rows[:, 0], return_inverse=True)
+    df = np.bincount(term_of).astype(np.float64)
+    idf = np.log1p((documents - df + 0.5) / (df + 0.5))
+
+    def weight_of(term: int) -> float:
+        return CODE_WEIGHT if asked.get(term, False) else 1.0
+
+    weights = np.array([weight_of(term) for term in present.tolist()]) * idf
+    rarest = np.log1p((documents - 0.5) / 1.5)
+    missing = set(asked) - set(present.tolist())
+    information = weights.sum() + rarest * sum(weight_of(term) for term in missing)
+    held: dict[int, int] = {}
+    for seq, bit in zip(rows[:, 1].tolist(), term_of.tolist(), strict=True):
+        held[seq] = held.get(seq, 0) | (1 << bit)
+    return Coverage(held, tuple((weights / information).tolist()))

@@ -33,7 +33,10 @@ from .snapshot_file import SnapshotFile
 #: Vectors of some memories (whole, in vector-id order), wherever they are.
 VectorsOf = t.Callable[[Entries], np.ndarray]
 
-_ENTRY_ARRAYS = ("first_vid", "windows", "row_start", "seqs", "created", "expires", "alive")
+_ENTRY_ARRAYS = (
+    "first_vid", "windows", "row_start", "seqs", "created", "expires", "times", "marks",
+    "valid_to", "alive",
+)  # fmt: skip
 
 
 def load(
@@ -92,7 +95,8 @@ def live_entries(snap: Snapshot) -> tuple[np.ndarray, Entries]:
     keep = np.flatnonzero(snap.alive[: snap.m])
     entries = Entries(
         snap.seqs[keep], snap.first_vid[keep], snap.windows[keep], snap.created[keep],
-        snap.expires[keep], [snap.metadata[i] for i in keep.tolist()],
+        snap.expires[keep], snap.times[keep], snap.marks[keep], snap.valid_to[keep],
+        [snap.metadata[i] for i in keep.tolist()],
     )  # fmt: skip
     return keep, entries
 
@@ -156,6 +160,9 @@ def appended(snap: Snapshot, entries: Entries, vectors: VectorsOf | None) -> Sna
     snap.seqs[m : m + k] = entries.seqs
     snap.created[m : m + k] = entries.created
     snap.expires[m : m + k] = entries.expires
+    snap.times[m : m + k] = entries.times
+    snap.marks[m : m + k] = entries.marks
+    snap.valid_to[m : m + k] = entries.valid_to
     snap.alive[m : m + k] = True
     metadata = snap.metadata + entries.metadata
     return snap.derive(
@@ -179,6 +186,8 @@ def relisted(snap: Snapshot, present: Entries) -> Snapshot:
         at, found = np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
     alive = snap.alive.copy()
     expires = snap.expires.copy()
+    # What an update may change without new vectors: time, supersession.
+    times, marks, valid_to = snap.times.copy(), snap.marks.copy(), snap.valid_to.copy()
     for i in np.flatnonzero(alive[:m] & ~found).tolist():
         alive[i] = False
         # The vectors of a deleted memory do not stay in this worker's
@@ -187,6 +196,9 @@ def relisted(snap: Snapshot, present: Entries) -> Snapshot:
         if start >= nb:
             snap.matrix[start - nb : start - nb + int(snap.windows[i])] = 0
     expires[:m][found] = present.expires[at[found]]
+    times[:m][found] = present.times[at[found]]
+    marks[:m][found] = present.marks[at[found]]
+    valid_to[:m][found] = present.valid_to[at[found]]
     metadata = snap.metadata
     changed = False
     for i, j in zip(np.flatnonzero(found).tolist(), at[found].tolist(), strict=True):
@@ -198,6 +210,9 @@ def relisted(snap: Snapshot, present: Entries) -> Snapshot:
     return snap.derive(
         alive=alive,
         expires=expires,
+        times=times,
+        marks=marks,
+        valid_to=valid_to,
         metadata=metadata,
         metadata_bytes=text_bytes(metadata) if changed else snap.metadata_bytes,
         columns=Columns(metadata, snap.columns.budget) if changed else snap.columns,
@@ -218,6 +233,9 @@ def compacted(snap: Snapshot) -> Snapshot:
         seqs=snap.seqs[keep],
         created=snap.created[keep],
         expires=snap.expires[keep],
+        times=snap.times[keep],
+        marks=snap.marks[keep],
+        valid_to=snap.valid_to[keep],
         alive=np.ones(len(keep), dtype=bool),
         metadata=metadata,
         metadata_bytes=text_bytes(metadata),

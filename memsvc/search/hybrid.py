@@ -1,83 +1,145 @@
-"""Hybrid search: semantic and keyword candidates together, ranked by their fused score.
+"""Hybrid search: semantic and keyword candidates together, ranked by named score parts.
 
 The best semantic and keyword candidates of a deeper search (at least 30,
-at most 100) are pooled; each is ranked by the sum of its named score
-parts (:data:`PARTS`): its cosine, and a raise for its keyword match's
-strength, :data:`BOOST` times the strength squared. So a match on the rare
-name or code a question hinges on lifts its memory above look-alikes,
-while a shared common word barely moves a paraphrase's answer. A new
-signal is one more named part; ``explain`` can show each (``parts`` on a
-result). A result's similarity is its exact cosine and the threshold a
-floor on it, as in every mode.
+at most 100 of each) are pooled and their records read once. Each is
+ranked by the sum of its named parts: its cosine, and a raise for its
+keyword match's strength, :data:`BOOST` times the strength squared; so a
+match on the rare name or code a question hinges on lifts its memory above
+look-alikes, while a shared common word barely moves a paraphrase's answer.
+Messages, dates and the query's time add the parts of :mod:`.conversation`
+(neighbours, session, speaker, dates, time, newer beats older). ``explain``
+shows every part of each result (``parts``). A result's similarity is its
+exact cosine and the threshold a floor on it, as in every mode.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import typing as t
 
-from ..models import Memory
+import numpy as np
+
 from ..models import ScoredMemory
 from ..observability import metrics
 from ..store import VectorSource
+from . import conversation
 from . import keyword
 from . import semantic
 from .cache import SearchCache
+from .conversation import Candidate
 from .hits import Hit
-from .hits import answer
 from .request import SearchRequest
+from .scanning import cosines
+from .scanning import unit_vectors
+from .snapshot import Snapshot
 
-#: The keyword part: ``BOOST * strength ** POWER``. Chosen with make eval's
-#: sets (conversation turns, near-miss names and codes, paraphrases) among
-#: score fusions of several shapes and weights: it beats both halves on
-#: conversation turns and near misses while losing at most 0.02 recall@1 on
-#: paraphrases against cosine alone; reciprocal-rank fusion and fusions
-#: normalised by the best match of each query lost 0.1-0.2 on paraphrases.
-BOOST = 0.5
+#: An ordinary memory's keyword part: ``BOOST * strength ** POWER``. Chosen
+#: with make eval's sets (near-miss names and codes, paraphrases) among
+#: score fusions of several shapes and weights: it beats both halves on near
+#: misses while losing at most 0.02 recall@1 on paraphrases against cosine
+#: alone; reciprocal-rank fusion and fusions normalised by the best match of
+#: each query lost 0.1-0.2 on paraphrases.
+BOOST = conversation.WEIGHTS.keyword
 POWER = 2.0
 
-#: The named parts a hybrid score adds up, in order, each from a hit.
-PARTS: dict[str, t.Callable[[Hit], float]] = {
-    "cosine": lambda hit: hit.cosine,
-    "keyword": lambda hit: 0.0 if hit.strength is None else BOOST * hit.strength**POWER,
-}
-
-
-def parts(hit: Hit) -> dict[str, float]:
-    """A hit's score parts, by name (:data:`PARTS`)."""
-    return {name: part(hit) for name, part in PARTS.items()}
-
-
-def fused(hit: Hit) -> float:
-    """What hybrid search ranks by: the sum of the hit's score parts."""
-    return sum(parts(hit).values())
+#: At most this many messages of the candidates' sessions are read for the
+#: session parts; past it (sessions of thousands of messages) they are left out.
+SESSION_MESSAGES = 5000
 
 
 def search(
     source: VectorSource, cache: SearchCache | None, request: SearchRequest
 ) -> list[ScoredMemory]:
-    """The ``k`` best of the semantic and keyword candidates, by :func:`fused` score."""
+    """The ``k`` best of the semantic and keyword candidates, by the sum of their parts."""
     deeper = request.deeper(min(100, max(2 * request.k, 30)))
-    with source.read():  # both halves see one snapshot
+    with source.read():  # every read sees one snapshot
         by_meaning, snap = semantic.hits(source, cache, deeper)
         metrics.searched("hybrid", snap is not None)
-        by_words = keyword.hits(source, deeper, snap)
-        by_seq = {hit.seq: hit for hit in by_meaning}
-        by_seq.update({hit.seq: hit for hit in by_words})  # the same cosine, and its strength
+        found = keyword.matching(source, deeper)
+        by_words = keyword.hits(source, deeper, snap, found)
+        pool = {hit.seq: hit for hit in by_meaning}
+        pool.update({hit.seq: hit for hit in by_words})  # the same cosine, and its strength
         meant = {hit.seq for hit in by_meaning}
-        ranked = sorted(by_seq.values(), key=lambda hit: (-fused(hit), -hit.created, -hit.seq))
+        records = source.memories_by_seq(list(pool))
+        candidates = [
+            Candidate(hit.seq, records[hit.seq], hit.cosine, hit.strength)
+            for hit in pool.values()
+            if hit.seq in records
+        ]
+        context = _context(source, request, candidates, found.coverage, snap)
+        for c in candidates:
+            conversation.score(c, context)
+        best = conversation.ranked(candidates, _vectors_of(source, request, snap))
+    return [_result(c, pool[c.seq], meant) for c in best[: request.k]]
 
-        def scored(memory: Memory, hit: Hit) -> ScoredMemory:
-            matched = tuple(
-                name
-                for name, found in (
-                    ("keyword", hit.strength is not None),
-                    ("semantic", hit.seq in meant),
-                )
-                if found
-            )
-            named = parts(hit)
-            return ScoredMemory(
-                memory, hit.cosine, matched, hit.strength, sum(named.values()), named
-            )
 
-        return answer(source, ranked[: request.k], scored)
+def _context(
+    source: VectorSource,
+    request: SearchRequest,
+    candidates: list[Candidate],
+    coverage: keyword.bm25.Coverage,
+    snap: Snapshot | None,
+) -> conversation.Context:
+    """What the parts read beyond each candidate (inside the search's read transaction)."""
+    messages = [c for c in candidates if c.memory.session_id is not None]
+    sessions = None
+    if messages:
+        sessions = source.session_members(
+            request.tenant,
+            request.user_id,
+            sorted({c.memory.session_id for c in messages if c.memory.session_id}),
+            request.scope.now,
+            SESSION_MESSAGES,
+        )
+    speakers = conversation.named(
+        request.text, {c.memory.speaker for c in messages if c.memory.speaker}
+    )
+    if speakers and request.embed is not None:
+        _cosines_without_names(source, request, messages, speakers, snap)
+    return conversation.Context(
+        coverage,
+        sessions or {},
+        frozenset(speakers),
+        conversation.asks_when(request.text),
+        request.interval,
+    )
+
+
+def _cosines_without_names(
+    source: VectorSource,
+    request: SearchRequest,
+    messages: list[Candidate],
+    speakers: set[str],
+    snap: Snapshot | None,
+) -> None:
+    """Each message's cosine with the query without the speakers' names."""
+    text = conversation.without_names(request.text, speakers)
+    if text == request.text or request.embed is None:
+        return
+    plain = dataclasses.replace(request, vector=request.embed(text))
+    entries = source.entries_by_seq(request.tenant, request.user_id, [c.seq for c in messages])
+    sims = cosines(source, plain, list(entries.values()), snap)
+    for c in messages:
+        if c.seq in sims:
+            c.cosine_without_names = sims[c.seq]
+
+
+def _vectors_of(
+    source: VectorSource, request: SearchRequest, snap: Snapshot | None
+) -> t.Callable[[list[int]], np.ndarray]:
+    """The candidates' unit vectors, read when newer-beats-older compares them."""
+
+    def vectors(seqs: list[int]) -> np.ndarray:
+        entries = source.entries_by_seq(request.tenant, request.user_id, seqs)
+        return unit_vectors(source, request, [entries[seq] for seq in seqs], snap)
+
+    return vectors
+
+
+def _result(c: Candidate, hit: Hit, meant: set[int]) -> ScoredMemory:
+    matched = tuple(
+        name
+        for name, found in (("keyword", hit.strength is not None), ("semantic", c.seq in meant))
+        if found
+    )
+    return ScoredMemory(c.memory, hit.cosine, matched, hit.strength, c.score, dict(c.parts))

@@ -10,6 +10,10 @@ by its BM25 score.
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from .. import terms
 from ..models import Memory
 from ..models import ScoredMemory
@@ -39,26 +43,48 @@ def by_bm25(memory: Memory, hit: Hit) -> ScoredMemory:
     return ScoredMemory(memory, hit.cosine, ("keyword",), hit.strength, hit.bm25)
 
 
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A query's keyword matches among a user's memories, and which terms each holds."""
+
+    matches: bm25.Matches
+    coverage: bm25.Coverage
+
+
+_NOTHING = Found(bm25.Matches(*(np.zeros(0),) * 3), bm25.Coverage({}, ()))
+
+
+def matching(source: VectorSource, request: SearchRequest) -> Found:
+    """Every memory of the user holding any of the query's terms (inside a read transaction)."""
+    wanted = terms.codes(request.text)
+    state = source.user_state(request.tenant, request.user_id) if wanted else None
+    if state is None:
+        return _NOTHING
+    postings = source.postings(state.user_key, list(wanted))
+    return Found(
+        bm25.rank(postings, wanted, state.count, state.terms),
+        bm25.coverage(postings, wanted, state.count),
+    )
+
+
 def hits(
-    source: VectorSource, request: SearchRequest, snapshot: Snapshot | None = None
+    source: VectorSource,
+    request: SearchRequest,
+    snapshot: Snapshot | None = None,
+    found: Found | None = None,
 ) -> list[Hit]:
     """The ``k`` best keyword matches the scope admits whose cosine is >= ``threshold``.
 
     Best first (BM25). Cosines come from the user's cached ``snapshot`` when
     there is one (current in this transaction), else from the store. Call
-    inside a read transaction.
+    inside a read transaction; ``found``: the query's :func:`matching`, if
+    read already.
     """
     tenant, user_id, k = request.tenant, request.user_id, request.k
-    wanted = terms.codes(request.text)
-    state = source.user_state(tenant, user_id) if wanted else None
-    if state is None:
-        return []
-    matches = bm25.rank(
-        source.postings(state.user_key, list(wanted)), wanted, state.count, state.terms
-    )
+    matches = (found if found is not None else matching(source, request)).matches
     seqs = matches.seqs.tolist()
     scores = zip(matches.bm25.tolist(), matches.strength.tolist(), strict=True)
-    found = dict(zip(seqs, scores, strict=True))
+    by_seq = dict(zip(seqs, scores, strict=True))
     best: list[Hit] = []
     start, chunk = 0, max(4 * k, 40)
     # Best first, a growing chunk at a time, until k qualify.
@@ -70,7 +96,7 @@ def hits(
         ]
         cosine = cosines(source, request, admitted, snapshot)
         best += [
-            Hit(e.seq, cosine[e.seq], e.created_at, *found[e.seq])
+            Hit(e.seq, cosine[e.seq], e.created_at, *by_seq[e.seq])
             for e in admitted
             if cosine[e.seq] >= request.threshold
         ]

@@ -18,6 +18,7 @@ from . import hybrid
 from . import keyword
 from . import semantic
 from .cache import SearchCache
+from .conversation import inside
 from .request import SearchRequest
 
 Mode = t.Callable[[VectorSource, SearchCache | None, SearchRequest], list[ScoredMemory]]
@@ -35,5 +36,17 @@ MODES = tuple(_SEARCHES)
 def search(
     source: VectorSource, cache: SearchCache | None, request: SearchRequest
 ) -> list[ScoredMemory]:
-    """The request's ``k`` best memories, as its mode ranks them."""
-    return _SEARCHES[request.mode](source, cache, request)
+    """The request's ``k`` best memories, as its mode ranks them.
+
+    Semantic and keyword mode with ``time_on`` and a query naming a time:
+    of a deeper search's results, those inside the interval first, each
+    group in the mode's order (hybrid ranks by time itself).
+    """
+    run = _SEARCHES[request.mode]
+    interval = request.interval
+    if request.mode == "hybrid" or not request.time_on or interval is None:
+        return run(source, cache, request)
+    found = run(source, cache, request.deeper(min(100, max(3 * request.k, 30))))
+    first = [r for r in found if inside(r.memory, interval)]
+    rest = [r for r in found if not inside(r.memory, interval)]
+    return (first + rest)[: request.k]

@@ -82,3 +82,26 @@ def cosines(
     found = of_entries(source, request, entries)
     sims = similarities(found.vectors, found.owner, len(entries), request.vector)
     return {e.seq: float(s) for e, s in zip(entries, sims, strict=True)}
+
+
+def unit_vectors(
+    source: VectorSource, request: SearchRequest, entries: list[Entry], snapshot: Snapshot | None
+) -> np.ndarray:
+    """These memories' directions, a unit row each (a long memory's windows averaged).
+
+    From the ``snapshot`` when it holds them all, else read from the store.
+    """
+    if not entries:
+        return np.zeros((0, len(request.vector)), dtype=np.float64)
+    seqs = np.array([e.seq for e in entries], dtype=np.int64)
+    at = snapshot.positions(seqs) if snapshot is not None else None
+    if snapshot is not None and at is not None:
+        rows, owner = snapshot.rows_of(at)
+        vectors = snapshot.take(rows)
+    else:
+        found = of_entries(source, request, entries)
+        vectors, owner = found.vectors, found.owner
+    vectors = np.asarray(vectors, dtype=np.float64)
+    out = np.zeros((len(entries), vectors.shape[1]))
+    np.add.at(out, owner, vectors / np.maximum(np.linalg.norm(vectors, axis=1), 1e-12)[:, None])
+    return out / np.maximum(np.linalg.norm(out, axis=1), 1e-12)[:, None]

@@ -72,6 +72,9 @@ class Snapshot:
     seqs: np.ndarray  # int64 [mcap]
     created: np.ndarray  # int64 [mcap]
     expires: np.ndarray  # int64 [mcap]; 0: never
+    times: np.ndarray  # int64 [mcap]: occurredAt, else createdAt
+    marks: np.ndarray  # int64 [mcap]: kind code + SUPERSEDED (memsvc.store.vector_source)
+    valid_to: np.ndarray  # int64 [mcap]; 0: none
     alive: np.ndarray  # bool [mcap]
     metadata: list[str]  # JSON, [m]
     metadata_bytes: int  # what the metadata texts take (building.text_bytes)
@@ -106,7 +109,8 @@ class Snapshot:
         """What this view holds in this worker's own memory."""
         arrays = (
             self.first_vid, self.windows, self.row_start, self.seqs, self.created,
-            self.expires, self.alive, self.matrix, self.scale,
+            self.expires, self.times, self.marks, self.valid_to, self.alive, self.matrix,
+            self.scale,
         )  # fmt: skip
         return (
             sum(a.nbytes for a in arrays)

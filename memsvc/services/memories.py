@@ -20,6 +20,7 @@ from ..embeddings.windows import query_vector
 from ..errors import BadRequest
 from ..errors import NotFound
 from ..errors import PayloadTooLarge
+from ..models import DateSpan
 from ..models import EndUser
 from ..models import Memory
 from ..models import Moment
@@ -128,6 +129,9 @@ def search(
     created_before: int | None = None,
     mode: str = "semantic",
     max_filter_bytes: int | None = None,
+    selection: Selection | None = None,
+    interval: DateSpan | None = None,
+    time_on: bool = False,
 ) -> list[ScoredMemory]:
     """The ``limit`` best memories for ``query`` with similarity >= ``threshold``.
 
@@ -137,10 +141,20 @@ def search(
     similarity, clamped into [0, 1]. Only memories that pass ``filter`` and
     were created inside the bounds compete; the filter reads at most
     ``max_filter_bytes`` of metadata (:class:`~memsvc.search.filters.MetadataBudget`).
+    ``selection``: kinds, time bounds, as of when, superseded facts or not.
+    ``interval``: the time the query names (:func:`.timing.query_time`):
+    memories inside it rank higher in hybrid mode, and in the other modes
+    with ``time_on``.
     """
     vector = query_vector(embedder, query)
-    scope = Scope(clock.now_ms(), filter, created_after, created_before, _budget(max_filter_bytes))
-    request = SearchRequest(tenant, user_id, vector, query, limit, threshold, scope, mode)
+    scope = Scope(
+        clock.now_ms(), filter, created_after, created_before, _budget(max_filter_bytes),
+        selection or Selection(),
+    )  # fmt: skip
+    request = SearchRequest(
+        tenant, user_id, vector, query, limit, threshold, scope, mode, interval, time_on,
+        embed=lambda text: query_vector(embedder, text),
+    )  # fmt: skip
     with tracing.span("search", mode=mode):
         return search_memories(store, cache, request)
 

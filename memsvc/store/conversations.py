@@ -313,6 +313,34 @@ class ConversationSql:
         )
         return [memory_of(row) for row in rows]
 
+    def session_members(
+        self: _Sql,
+        tenant: str,
+        user_id: str,
+        session_ids: t.Sequence[str],
+        now: int,
+        limit: int,
+    ) -> dict[str, list[tuple[int, int]]] | None:
+        """Each session's visible messages as ``(position, seq)``, in position order.
+
+        None if they are more than ``limit`` together (the caller does without).
+        """
+        out: dict[str, list[tuple[int, int]]] = {}
+        taken = 0
+        for condition, params in self._any("session_id", sorted(set(session_ids))):
+            rows = self._rows(
+                "SELECT session_id, position, seq FROM memories WHERE tenant = ? AND "
+                f"user_id = ? AND {condition} AND {_VISIBLE} "
+                "ORDER BY session_id, position LIMIT ?",
+                (tenant, user_id, *params, now, limit - taken + 1),
+            )
+            taken += len(rows)
+            if taken > limit:
+                return None
+            for session_id, position, seq in rows:
+                out.setdefault(session_id, []).append((int(position), int(seq)))
+        return out
+
     def neighbours(
         self: _Sql,
         tenant: str,

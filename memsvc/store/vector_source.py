@@ -22,7 +22,19 @@ import numpy as np
 
 from ..models import Memory
 
-ENTRY_COLUMNS = "seq, first_vid, windows, created_at, expires_at, metadata"
+#: A memory's kind and whether a newer fact superseded it, as one small number
+#: (:data:`KIND_CODES` plus :data:`SUPERSEDED`): what a search's scope reads.
+MARK = (
+    "(CASE kind WHEN 'message' THEN 1 WHEN 'fact' THEN 2 ELSE 0 END"
+    " + CASE WHEN superseded_by IS NULL THEN 0 ELSE 4 END)"
+)
+KIND_CODES = {"memory": 0, "message": 1, "fact": 2}
+SUPERSEDED = 4
+
+ENTRY_COLUMNS = (
+    "seq, first_vid, windows, created_at, expires_at, "
+    f"coalesce(occurred_at, created_at) AS entry_time, {MARK} AS entry_mark, valid_to, metadata"
+)
 
 
 def block_array(rows: int, dims: int) -> np.ndarray:
@@ -70,6 +82,11 @@ class Entry:
     windows: int
     created_at: int
     expires_at: int | None
+    #: Its time: ``occurredAt``, else ``createdAt`` (epoch ms).
+    time: int
+    #: Its kind's code (:data:`KIND_CODES`), plus :data:`SUPERSEDED` if a newer fact replaced it.
+    mark: int
+    valid_to: int | None
     metadata: str  # JSON, parsed only when a filter needs it
 
 
@@ -87,6 +104,9 @@ class Entries:
     windows: np.ndarray  # int64
     created: np.ndarray  # int64
     expires: np.ndarray  # int64; 0: never
+    times: np.ndarray  # int64: occurredAt, else createdAt
+    marks: np.ndarray  # int64: kind code + SUPERSEDED
+    valid_to: np.ndarray  # int64; 0: none
     #: JSON texts; equal texts are one object.
     metadata: list[str]
 
@@ -96,20 +116,20 @@ class Entries:
         chunks: list[np.ndarray] = []
         metadata: list[str] = []
         same: dict[str, str] = {}
-        batch: list[tuple[int, int, int, int, int]] = []
+        batch: list[tuple[int, ...]] = []
         for row in rows:
-            batch.append((row[0], row[1], row[2], row[3], row[4] or 0))
-            metadata.append(same.setdefault(row[5], row[5]))
+            batch.append((row[0], row[1], row[2], row[3], row[4] or 0, row[5], row[6], row[7] or 0))
+            metadata.append(same.setdefault(row[8], row[8]))
             if len(batch) == 4096:
                 chunks.append(np.array(batch, dtype=np.int64))
                 batch = []
         if batch or not chunks:
-            chunks.append(np.array(batch, dtype=np.int64).reshape(len(batch), 5))
+            chunks.append(np.array(batch, dtype=np.int64).reshape(len(batch), 8))
         table = np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-        seqs, first, windows, created, expires = (
-            np.ascontiguousarray(table[:, i]) for i in range(5)
+        seqs, first, windows, created, expires, times, marks, valid_to = (
+            np.ascontiguousarray(table[:, i]) for i in range(8)
         )
-        return cls(seqs, first, windows, created, expires, metadata)
+        return cls(seqs, first, windows, created, expires, times, marks, valid_to, metadata)
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -119,17 +139,19 @@ class Entries:
             yield self.entry(i)
 
     def entry(self, i: int) -> Entry:
-        expires = int(self.expires[i])
+        expires, valid_to = int(self.expires[i]), int(self.valid_to[i])
         return Entry(
             int(self.seqs[i]), int(self.first_vid[i]), int(self.windows[i]),
-            int(self.created[i]), expires or None, self.metadata[i],
+            int(self.created[i]), expires or None, int(self.times[i]), int(self.marks[i]),
+            valid_to or None, self.metadata[i],
         )  # fmt: skip
 
     def take(self, at: np.ndarray) -> Entries:
         """These memories (positions), in this order."""
         return Entries(
             self.seqs[at], self.first_vid[at], self.windows[at], self.created[at],
-            self.expires[at], [self.metadata[i] for i in at.tolist()],
+            self.expires[at], self.times[at], self.marks[at], self.valid_to[at],
+            [self.metadata[i] for i in at.tolist()],
         )  # fmt: skip
 
     def vids(self) -> np.ndarray:
@@ -199,6 +221,18 @@ class VectorSource(abc.ABC):
         Expired memories are included: whether one is visible is decided at
         search time, from ``expires_at``.
         """
+
+    @abc.abstractmethod
+    def session_members(
+        self,
+        tenant: str,
+        user_id: str,
+        session_ids: t.Sequence[str],
+        now: int,
+        limit: int,
+    ) -> dict[str, list[tuple[int, int]]] | None:
+        """Each of these sessions' visible messages as ``(position, seq)``, in position order;
+        None if they are more than ``limit`` together."""
 
     @abc.abstractmethod
     def entries_by_seq(self, tenant: str, user_id: str, seqs: t.Sequence[int]) -> dict[int, Entry]:

@@ -452,3 +452,115 @@ def test_dates_are_resolved_against_each_memorys_own_time(client, auth):
         mutate(client, "memory.update", {"id": m["id"], "content": "No exam"}, headers=auth)
     )
     assert "dates" not in cleared
+
+
+# -- search: kinds, time, conversation signals ------------------------------------------
+
+
+def _search(client, auth, query_text, user="alice", **extra):
+    body = {"userId": user, "query": query_text, "threshold": 0, **extra}
+    return data(query(client, "memory.search", body, headers=auth))
+
+
+@pytest.mark.parametrize("mode", ["semantic", "keyword", "hybrid"])
+def test_search_takes_kinds_and_time_bounds_in_every_mode(client, auth, mode):
+    plain = data(
+        mutate(
+            client,
+            "memory.add",
+            {"userId": "alice", "content": "risotto notes", "occurredAt": "2020-01-01T00:00:00Z"},
+            headers=auth,
+        )
+    )
+    messages = ingest(client, auth, DINNER)["memories"]
+
+    def found(**extra):
+        return {r["id"] for r in _search(client, auth, "risotto", mode=mode, **extra)}
+
+    everything = found()
+    assert plain["id"] in everything and messages[0]["id"] in everything
+    assert found(kinds=["memory"]) == {plain["id"]}
+    assert plain["id"] not in found(kinds=["message"])
+    assert found(kinds=["fact"]) == set()
+    assert found(occurredBefore="2021-01-01T00:00:00Z") == {plain["id"]}
+    assert plain["id"] not in found(occurredAfter="2021-01-01T00:00:00Z")
+    # Twice: the second search reads the user's cached snapshot, the first the store.
+    assert found(kinds=["memory"]) == {plain["id"]}
+
+
+def test_hybrid_ranks_what_happened_in_the_time_the_query_names_higher(client, auth):
+    for content, at in [
+        ("I cooked a lentil soup", "2023-05-01T19:00:00Z"),
+        ("I cooked a lentil soup again", "2023-05-13T19:00:00Z"),  # a Saturday
+        ("I cooked a lentil soup with lemon", "2023-05-17T19:00:00Z"),
+    ]:
+        data(mutate(client, "memory.add", {"userId": "alice", "content": content,
+                                           "occurredAt": at}, headers=auth))  # fmt: skip
+    now = "2023-05-18T12:00:00+00:00"
+    asked = "What did I cook last weekend?"
+    found = _search(client, auth, asked, mode="hybrid", now=now, explain=True)
+    assert found[0]["content"] == "I cooked a lentil soup again"
+    assert found[0]["explain"]["time"] == {
+        "text": "last weekend", "start": "2023-05-13", "end": "2023-05-14"
+    }  # fmt: skip
+    assert found[0]["explain"]["parts"]["time"] > 0
+    assert "time" not in found[1]["explain"]["parts"]
+    parts = found[0]["explain"]["parts"]
+    assert found[0]["explain"]["score"] == pytest.approx(sum(parts.values()))
+    off = _search(client, auth, asked, mode="hybrid", now=now, explain=True, time="off")
+    assert "time" not in off[0]["explain"]
+    assert all("time" not in r["explain"]["parts"] for r in off)
+    # Semantic mode ranks by time only when asked to.
+    semantic = _search(client, auth, asked, now=now, explain=True)
+    assert "time" not in semantic[0]["explain"]
+    timed = _search(client, auth, asked, now=now, explain=True, time="on")
+    assert timed[0]["content"] == "I cooked a lentil soup again"
+    assert timed[0]["explain"]["time"]["start"] == "2023-05-13"
+    nothing = _search(client, auth, "lentil soup", mode="hybrid", now=now, explain=True)
+    assert nothing[0]["explain"]["time"] is None
+
+
+def test_search_time_inputs_are_checked(client, auth):
+    for body, message in [
+        ({"time": "maybe"}, "time: must be one of on, off"),
+        ({"now": "yesterday"}, "now:"),
+    ]:
+        resp = query(client, "memory.search", {"userId": "a", "query": "x", **body},
+                     headers=auth)  # fmt: skip
+        assert message in assert_error(resp, 400, "BAD_REQUEST", "memory.search")["message"]
+
+
+def test_hybrid_explains_the_conversation_parts_of_a_message(client, auth):
+    ingest(
+        client,
+        auth,
+        [
+            {
+                "role": "user",
+                "name": "Maya",
+                "content": "Do you know when the pottery class starts?",
+            },
+            {"role": "user", "name": "Jon", "content": "Next Thursday at seven."},
+            {"role": "user", "name": "Maya", "content": "Great, I'll bring the clay."},
+        ],
+        sessionId="pottery",
+    )
+    found = _search(client, auth, "When does Maya's pottery class start?", mode="hybrid",
+                    explain=True)  # fmt: skip
+    by_content = {r["content"]: r["explain"]["parts"] for r in found}
+    answer = by_content["Next Thursday at seven."]
+    # Its own words hold nothing of the question; its neighbours and session do.
+    assert answer["neighbours"] > 0 and answer["session"] > 0
+    assert answer["dates"] > 0  # a "when" question, and it holds a date
+    asked = by_content["Do you know when the pottery class starts?"]
+    assert asked["speaker"] > 0 and "cosineWithoutNames" in asked
+
+
+def test_hybrid_puts_the_newer_of_two_statements_on_one_subject_first(client, auth):
+    ingest(client, auth, [{"role": "user", "content": "My favourite colour is blue.",
+                           "at": "2023-01-05T10:00:00Z"}], sessionId="a")  # fmt: skip
+    ingest(client, auth, [{"role": "user", "content": "My favourite colour is green now.",
+                           "at": "2023-06-05T10:00:00Z"}], sessionId="b")  # fmt: skip
+    found = _search(client, auth, "What is my favourite colour?", mode="hybrid", explain=True)
+    assert found[0]["content"] == "My favourite colour is green now."
+    assert found[1]["content"] == "My favourite colour is blue."

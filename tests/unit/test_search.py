@@ -497,7 +497,8 @@ def test_vector_ids_of_memories_are_each_memorys_windows_in_turn(windows):
 
     firsts = [5 + sum(windows[:i]) + 7 * i for i in range(len(windows))]  # gaps between them
     entries = Entries.of_rows(
-        (i, f, w, 0, None, "{}") for i, (f, w) in enumerate(zip(firsts, windows, strict=True))
+        (i, f, w, 0, None, 0, 0, None, "{}")
+        for i, (f, w) in enumerate(zip(firsts, windows, strict=True))
     )
     expected = [f + k for f, w in zip(firsts, windows, strict=True) for k in range(w)]
     got = entries.vids()

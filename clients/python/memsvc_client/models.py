@@ -53,22 +53,43 @@ class Explain:
     #: None when no query word matched (and in semantic mode).
     keyword: float | None
     #: What the mode ranked by: the cosine (semantic), the keyword strength
-    #: (keyword), their fusion (hybrid).
+    #: (keyword), the sum of its parts (hybrid).
     score: float
+    #: Hybrid mode: each part of the score by name ("cosine", "keyword",
+    #: "neighbours", "session", "speaker", "short", "dates", "time", "newer"...).
+    parts: t.Mapping[str, float] | None = None
+    #: When the search ranked by time: the time the query names, as
+    #: ``{"text", "start", "end"}`` (ISO dates, inclusive); None if it named none.
+    time: t.Mapping[str, str] | None = None
+    #: Whether the search ranked by time at all (``time`` is then meaningful).
+    timed: bool = False
 
     @classmethod
     def from_wire(cls, data: t.Mapping[str, t.Any]) -> Explain:
         """An Explain from the JSON object of a result's ``explain``."""
         keyword = data["keyword"]
+        parts = data.get("parts")
         return cls(
             float(data["cosine"]),
             float(keyword) if keyword is not None else None,
             float(data["score"]),
+            {k: float(v) for k, v in parts.items()} if parts is not None else None,
+            dict(data["time"]) if data.get("time") is not None else None,
+            "time" in data,
         )
 
     def to_dict(self) -> dict[str, t.Any]:
         """The wire's ``explain`` object."""
-        return {"cosine": self.cosine, "keyword": self.keyword, "score": self.score}
+        out: dict[str, t.Any] = {
+            "cosine": self.cosine,
+            "keyword": self.keyword,
+            "score": self.score,
+        }
+        if self.parts is not None:
+            out["parts"] = dict(self.parts)
+        if self.timed:
+            out["time"] = dict(self.time) if self.time is not None else None
+        return out
 
 
 def format_moment(value: datetime.datetime) -> str:

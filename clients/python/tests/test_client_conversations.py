@@ -90,3 +90,23 @@ def test_the_async_client_ingests_too(server: Server, api_key: str, user: str) -
             ]
 
     asyncio.run(scenario())
+
+
+def test_search_ranks_by_the_time_the_query_names_and_explains_it(
+    memsvc: Memsvc, user: str
+) -> None:
+    for content, day in [("I cooked a lentil soup", 1), ("I cooked a lentil soup again", 13)]:
+        memsvc.add(user, content, occurred_at=datetime.datetime(2023, 5, day, 19, tzinfo=CEST))
+    now = datetime.datetime(2023, 5, 18, 12, tzinfo=CEST)
+    found = memsvc.search(
+        user, "What did I cook last weekend?", mode="hybrid", threshold=0, explain=True, now=now
+    )
+    assert found[0].content == "I cooked a lentil soup again"
+    explain = found[0].explain
+    assert explain is not None and explain.parts is not None and explain.parts["time"] > 0
+    assert explain.time == {"text": "last weekend", "start": "2023-05-13", "end": "2023-05-14"}
+    assert explain.to_dict()["time"] == explain.time
+    off = memsvc.search(user, "What did I cook last weekend?", mode="hybrid", threshold=0,
+                        explain=True, now=now, time="off")  # fmt: skip
+    assert off[0].explain is not None and not off[0].explain.timed
+    assert all("time" not in (m.explain.parts or {}) for m in off if m.explain)
