@@ -413,6 +413,13 @@ export interface SearchInput {
    * @default false
    */
   explain?: boolean | undefined;
+  /** Rank memories inside the time the query names ("last week", "in May 2023") higher: on by default in hybrid mode, off in the others. */
+  time?: "on" | "off" | null | undefined;
+  /**
+   * The time the query's time expressions are resolved against (ISO, with its zone: "yesterday" is the day before its own date). Default: the time of the call, in UTC.
+   * format: date-time.
+   */
+  now?: string | null | undefined;
   /**
    * Each result that is a message also carries up to this many messages of its session on either side (context.before, context.after).
    * 0 to 10.
@@ -505,8 +512,20 @@ export interface SearchResult {
      * 0 to 1.
      */
     keyword: number | null;
-    /** What the mode ranked by: the cosine (semantic), the BM25 score (keyword), the cosine plus 0.5 x the keyword strength squared (hybrid). */
+    /** What the mode ranked by: the cosine (semantic), the BM25 score (keyword), the sum of the parts (hybrid). */
     score: number;
+    /** Hybrid mode: the named parts the score adds up: cosine, keyword, and where they apply cosineWithoutNames, neighbours, session, speaker, short, dates, time, newer (docs/api.md, hybrid ranking). */
+    parts?: {
+      [key: string]: number;
+    };
+    /** When the search ranked by the time its query names: that time as written and its dates (inclusive), or null if the query names none. */
+    time?: null | {
+      text: string;
+      /** format: date. */
+      start: string;
+      /** format: date. */
+      end: string;
+    };
   };
   /** With context > 0, on a result that is a message: up to that many messages of its session before and after it, in position order. */
   context?: {
