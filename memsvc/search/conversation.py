@@ -17,18 +17,18 @@ the parts beyond ``cosine`` and ``keyword``:
   question's vector;
 * ``short`` (messages, negative): a turn of three words or fewer ("Lucía?"),
   which a question naming the same person matches by the name alone;
-* ``dates``: a "when" question, and the memory holds a date (``dates``);
+* ``dates`` (messages): a "when" question, and the message holds a date (``dates``);
 * ``time``: the query names a time ("last week") and the memory's time or
   one of its dates falls inside it;
-* ``newer``: of two candidates on the same subject (their vectors close,
+* ``newer`` (messages and facts): of two candidates on the same subject (their vectors close,
   the newer holding as much of the query's words and of its time) whose
   scores are close, the newer is put first, raised just above the older.
 
 The weights (:data:`WEIGHTS`) were chosen on the tune half of make eval's
 conversation set and are reported on the other half (docs/performance.md).
-Ordinary memories have no session, speaker or position: they rank by
-``cosine`` and ``keyword`` as before, plus ``dates``, ``time`` and
-``newer`` when those apply.
+Ordinary memories have no session, speaker or position, and are never
+reordered by time of writing: they rank by ``cosine`` and ``keyword`` as
+before, plus ``time`` when the query names one.
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def score(c: Candidate, context: Context, weights: Weights = WEIGHTS) -> None:
             parts["speaker"] = weights.speaker
         if is_short(m.content):
             parts["short"] = -weights.short
-    if context.when_question and m.dates:
-        parts["dates"] = weights.dates
+        if context.when_question and m.dates:
+            parts["dates"] = weights.dates
     if context.interval is not None and inside(m, context.interval):
         parts["time"] = weights.time
 
@@ -206,8 +206,8 @@ def ranked(
     """
     order = sorted(candidates, key=_order)
     top = order[:NEWER_AMONG]
-    if len(top) < 2:
-        return order
+    if sum(c.memory.kind is not None for c in top) < 2:
+        return order  # newer beats older among messages and facts only
     unit = vectors([c.seq for c in top])
     similar = unit @ unit.T
     score = [c.score for c in top]
@@ -218,6 +218,8 @@ def ranked(
             for j, newer in enumerate(top):
                 if newer.memory.time <= older.memory.time:
                     continue
+                if newer.memory.kind is None or older.memory.kind is None:
+                    continue  # ordinary memories rank as they always have
                 if not score[j] < score[i] <= score[j] + weights.newer_margin:
                     continue
                 if (newer.strength or 0.0) + 1e-9 < (older.strength or 0.0):

@@ -19,6 +19,7 @@ import typing as t
 
 import numpy as np
 
+from ..models import Memory
 from ..models import ScoredMemory
 from ..observability import metrics
 from ..store import VectorSource
@@ -28,6 +29,7 @@ from . import semantic
 from .cache import SearchCache
 from .conversation import Candidate
 from .hits import Hit
+from .hits import answer
 from .request import SearchRequest
 from .scanning import cosines
 from .scanning import unit_vectors
@@ -60,6 +62,11 @@ def search(
         pool = {hit.seq: hit for hit in by_meaning}
         pool.update({hit.seq: hit for hit in by_words})  # the same cosine, and its strength
         meant = {hit.seq for hit in by_meaning}
+        if request.interval is None and _plain(snap, pool):
+            # Ordinary memories only, no time asked: cosine and keyword rank
+            # them, and only the winners are read.
+            ranked = sorted(pool.values(), key=_plain_order)[: request.k]
+            return answer(source, ranked, lambda m, hit: _plain_result(m, hit, meant))
         records = source.memories_by_seq(list(pool))
         candidates = [
             Candidate(hit.seq, records[hit.seq], hit.cosine, hit.strength)
@@ -136,10 +143,39 @@ def _vectors_of(
     return vectors
 
 
-def _result(c: Candidate, hit: Hit, meant: set[int]) -> ScoredMemory:
-    matched = tuple(
+def _plain(snap: Snapshot | None, pool: dict[int, Hit]) -> bool:
+    """Whether the user's snapshot says every candidate is an ordinary memory."""
+    if snap is None or not pool:
+        return snap is not None
+    at = snap.positions(np.fromiter(sorted(pool), dtype=np.int64, count=len(pool)))
+    return at is not None and not snap.marks[at].any()
+
+
+def _plain_parts(hit: Hit) -> dict[str, float]:
+    parts = {"cosine": hit.cosine}
+    if hit.strength is not None:
+        parts["keyword"] = BOOST * hit.strength**POWER
+    return parts
+
+
+def _plain_order(hit: Hit) -> tuple[float, int, int]:
+    return (-sum(_plain_parts(hit).values()), -hit.created, -hit.seq)
+
+
+def _plain_result(memory: Memory, hit: Hit, meant: set[int]) -> ScoredMemory:
+    parts = _plain_parts(hit)
+    matched = _matched(hit, meant)
+    return ScoredMemory(memory, hit.cosine, matched, hit.strength, sum(parts.values()), parts)
+
+
+def _matched(hit: Hit, meant: set[int]) -> tuple[str, ...]:
+    return tuple(
         name
-        for name, found in (("keyword", hit.strength is not None), ("semantic", c.seq in meant))
+        for name, found in (("keyword", hit.strength is not None), ("semantic", hit.seq in meant))
         if found
     )
-    return ScoredMemory(c.memory, hit.cosine, matched, hit.strength, c.score, dict(c.parts))
+
+
+def _result(c: Candidate, hit: Hit, meant: set[int]) -> ScoredMemory:
+    return ScoredMemory(c.memory, hit.cosine, _matched(hit, meant), hit.strength, c.score,
+                        dict(c.parts))  # fmt: skip
