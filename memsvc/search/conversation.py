@@ -209,26 +209,28 @@ def ranked(
     if sum(c.memory.kind is not None for c in top) < 2:
         return order  # newer beats older among messages and facts only
     unit = vectors([c.seq for c in top])
-    similar = unit @ unit.T
+    times = np.array([c.memory.time for c in top])
+    conversational = np.array([c.memory.kind is not None for c in top])
+    strength = np.array([c.strength or 0.0 for c in top])
+    timed = np.array(["time" in c.parts for c in top])
+    # pairs[i, j]: j may be raised over i (j newer, on the same subject, holding
+    # as much of the query's words, and of its time if i is inside it).
+    pairs = (
+        (times[None, :] > times[:, None])
+        & (conversational[:, None] & conversational[None, :])
+        & (strength[None, :] + 1e-9 >= strength[:, None])
+        & ~(timed[:, None] & ~timed[None, :])
+        & (unit @ unit.T >= weights.same_subject)
+    )
+    eligible = [(int(i), int(j)) for i, j in np.argwhere(pairs)]
     score = [c.score for c in top]
     # A chain (v1, v2, v3 of one fact) settles in a few rounds.
     for _ in range(3):
         moved = False
-        for i, older in enumerate(top):
-            for j, newer in enumerate(top):
-                if newer.memory.time <= older.memory.time:
-                    continue
-                if newer.memory.kind is None or older.memory.kind is None:
-                    continue  # ordinary memories rank as they always have
-                if not score[j] < score[i] <= score[j] + weights.newer_margin:
-                    continue
-                if (newer.strength or 0.0) + 1e-9 < (older.strength or 0.0):
-                    continue
-                if "time" in older.parts and "time" not in newer.parts:
-                    continue  # the query asks for the older one's time
-                if similar[i, j] >= weights.same_subject:
-                    score[j] = score[i] + 1e-9
-                    moved = True
+        for i, j in eligible:
+            if score[j] < score[i] <= score[j] + weights.newer_margin:
+                score[j] = score[i] + 1e-9
+                moved = True
         if not moved:
             break
     for c, new in zip(top, score, strict=True):

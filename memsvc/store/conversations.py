@@ -353,21 +353,51 @@ class ConversationSql:
 
         In position order, the anchor itself never among them.
         """
+        places = list(dict.fromkeys(anchors))
+        # One read for every anchor's window of positions: messages are
+        # numbered without gaps, so the window holds them all unless some
+        # were deleted or have expired; only those anchors are read again,
+        # a side at a time.
+        windows: dict[str, list[Memory]] = {}
+        for chunk in (places[i : i + 200] for i in range(0, len(places), 200)):
+            ranges = " OR ".join(["(session_id = ? AND position BETWEEN ? AND ?)"] * len(chunk))
+            params: list[t.Any] = [tenant, user_id]
+            for session_id, position in chunk:
+                params += [session_id, position - n, position + n]
+            rows = self._rows(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                f"AND ({ranges}) AND {_VISIBLE} ORDER BY position",
+                (*params, now),
+            )
+            for row in rows:
+                memory = memory_of(row)
+                windows.setdefault(memory.session_id or "", []).append(memory)
         out: dict[tuple[str, int], tuple[list[Memory], list[Memory]]] = {}
-        for session_id, position in dict.fromkeys(anchors):
-            before = self._rows(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-                f"AND session_id = ? AND position < ? AND {_VISIBLE} "
-                "ORDER BY position DESC LIMIT ?",
-                (tenant, user_id, session_id, position, now, n),
-            )
-            after = self._rows(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
-                f"AND session_id = ? AND position > ? AND {_VISIBLE} ORDER BY position LIMIT ?",
-                (tenant, user_id, session_id, position, now, n),
-            )
-            out[session_id, position] = (
-                [memory_of(row) for row in reversed(before)],
-                [memory_of(row) for row in after],
-            )
+        for session_id, position in places:
+            near = windows.get(session_id, [])
+            before = [m for m in near if position - n <= (m.position or 0) < position]
+            after = [m for m in near if position < (m.position or 0) <= position + n]
+            if len(before) < n and position - n > 0:
+                before = [
+                    memory_of(row)
+                    for row in reversed(
+                        self._rows(
+                            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? "
+                            "AND user_id = ? AND session_id = ? AND position < ? "
+                            f"AND {_VISIBLE} ORDER BY position DESC LIMIT ?",
+                            (tenant, user_id, session_id, position, now, n),
+                        )
+                    )
+                ]
+            if len(after) < n:
+                after = [
+                    memory_of(row)
+                    for row in self._rows(
+                        f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+                        f"AND session_id = ? AND position > ? AND {_VISIBLE} "
+                        "ORDER BY position LIMIT ?",
+                        (tenant, user_id, session_id, position, now, n),
+                    )
+                ]
+            out[session_id, position] = (before, after)
         return out

@@ -564,3 +564,15 @@ def test_hybrid_puts_the_newer_of_two_statements_on_one_subject_first(client, au
     found = _search(client, auth, "What is my favourite colour?", mode="hybrid", explain=True)
     assert found[0]["content"] == "My favourite colour is green now."
     assert found[1]["content"] == "My favourite colour is blue."
+
+
+def test_context_steps_over_deleted_messages(client, auth):
+    talk = [{"role": "user", "content": f"line {i} about the weather"} for i in range(7)]
+    talk[3] = {"role": "user", "content": "My sister Inês lives in Coimbra."}
+    out = ingest(client, auth, talk, sessionId="s")["memories"]
+    for gone in (out[2], out[5]):
+        data(mutate(client, "memory.delete", {"id": gone["id"]}, headers=auth))
+    found = _search(client, auth, "Where does Inês live?", limit=1, context=2)
+    assert found[0]["content"].startswith("My sister")
+    assert [m["position"] for m in found[0]["context"]["before"]] == [0, 1]
+    assert [m["position"] for m in found[0]["context"]["after"]] == [4, 6]
