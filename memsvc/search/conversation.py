@@ -21,7 +21,7 @@ the parts beyond ``cosine`` and ``keyword``:
 * ``time``: the query names a time ("last week") and the memory's time or
   one of its dates falls inside it;
 * ``newer`` (messages and facts): of two candidates on the same subject (their vectors close,
-  the newer holding as much of the query's words and of its time) whose
+  the newer holding nearly as much of the query's words, and of its time) whose
   scores are close, the newer is put first, raised just above the older.
 
 The weights (:data:`WEIGHTS`) were chosen on the tune half of make eval's
@@ -63,8 +63,11 @@ class Weights:
     time: float = 0.3
     #: Candidates whose vectors have at least this cosine speak of the same subject...
     same_subject: float = 0.65
-    #: ...and the newer is put first when its score is within this of the older's.
+    #: ...and the newer is put first when its score is within this of the older's
     newer_margin: float = 0.43
+    #: ...and its keyword strength at most this below the older's (a first
+    #: statement often names the subject in full, its update in passing).
+    newer_keyword_slack: float = 0.3
 
 
 #: Chosen on make eval's conversations (tune half), reported on the report half.
@@ -199,7 +202,7 @@ def ranked(
 
     A candidate whose score is at most ``newer_margin`` below an older
     candidate on the same subject (cosine of their vectors at least
-    ``same_subject``), holding at least as much of the query's words, is
+    ``same_subject``), holding nearly as much of the query's words, is
     raised just above it (its ``newer`` part: by how much), unless the older
     is inside the time the query names and the newer is not. ``vectors(seqs)``:
     the candidates' unit vectors, a row each.
@@ -214,11 +217,11 @@ def ranked(
     strength = np.array([c.strength or 0.0 for c in top])
     timed = np.array(["time" in c.parts for c in top])
     # pairs[i, j]: j may be raised over i (j newer, on the same subject, holding
-    # as much of the query's words, and of its time if i is inside it).
+    # nearly as much of the query's words, and of its time if i is inside it).
     pairs = (
         (times[None, :] > times[:, None])
         & (conversational[:, None] & conversational[None, :])
-        & (strength[None, :] + 1e-9 >= strength[:, None])
+        & (strength[None, :] + weights.newer_keyword_slack >= strength[:, None])
         & ~(timed[:, None] & ~timed[None, :])
         & (unit @ unit.T >= weights.same_subject)
     )
