@@ -15,11 +15,18 @@ Workload: the labelled sets in tests/data/eval (see its README):
 
 Everything goes through memsvc's API, as a client would use it: a fresh app
 on a temporary database (``create_app``, rate and concurrency limits off),
-Flask's test client, one API key; every memory is stored with its own
-``memory.add`` call, then every question is asked with ``memory.search``,
-threshold 0 and limit 10. That is done in the default (semantic) mode and,
-if the server supports search modes, in ``keyword`` and ``hybrid`` as well;
-support is detected from the server's answers, not assumed.
+Flask's test client, one API key. Every memory of the facts and near-miss
+sets is stored with its own ``memory.add`` call; the conversations are
+stored as an application hands them over, one ``memory.ingest`` call per
+session, each turn a message with its speaker (``name``), its role, the
+set's turn id as its ``id`` and its time (``at``: the session's start
+plus a minute per turn before it), its text alone as the content. Then
+every question is asked with ``memory.search``, threshold 0 and limit 10,
+a conversation's with ``now`` a day after its last session began if the
+server takes ``now``. That is done in the default (semantic) mode and, if
+the server supports search modes, in ``keyword`` and ``hybrid`` as well;
+support for modes and for ``now`` is detected from the server's answers,
+not assumed.
 
 For the facts set, with the configured embedder (the bundled local model
 unless MEMSVC_* says otherwise) and each mode, it prints per category, for
@@ -41,7 +48,9 @@ every question, for a multilingual model), the threshold that maximises
 
 For the conversations and near-miss sets it prints, per category and for
 all questions, hit@1, hit@5, hit@10 and MRR of each mode next to a plain
-Okapi BM25 computed here over each user's memories (bench.bm25), the ratio
+Okapi BM25 computed here over each user's memories (bench.bm25; a
+conversation turn as ``[<session date>] <speaker>: <text>``, as a caller
+that keeps who spoke and when in the text would store it), the ratio
 of hybrid's hit@5 to BM25's, how often every evidence turn of a question
 with several is in the top 10, and how often the first result is one of the
 question's decoys (a superseded statement; a look-alike).
@@ -65,10 +74,12 @@ import argparse
 import collections
 import contextlib
 import dataclasses
+import datetime
 import json
 import math
 import os
 import pathlib
+import re
 import sys
 import tempfile
 import time
@@ -177,17 +188,52 @@ def load(directory: pathlib.Path, prefix: str = "") -> list[User]:
 
 
 def turn_content(session: Session, turn: Turn) -> str:
-    """A turn stored as one memory: ``[<session date>] <speaker>: <text>``."""
+    """A turn as one text that says who said it and when: ``[<session date>] <speaker>: <text>``.
+
+    What the BM25 baseline reads: a caller storing each turn with
+    ``memory.add`` has to put the speaker and date in the text.
+    """
     return f"[{session.at[:10]}] {turn.speaker}: {turn.text}"
+
+
+def turn_time(session: Session, position: int) -> str:
+    """When the turn at ``position`` (from 0) was said: a minute per turn after its session began.
+
+    The set gives a session's start only; the session's UTC offset is kept,
+    as memory.ingest keeps it for the dates a message names.
+    """
+    start = datetime.datetime.fromisoformat(session.at)
+    return (start + datetime.timedelta(minutes=position)).isoformat()
+
+
+def messages(session: Session) -> list[dict[str, str]]:
+    """A session's turns as memory.ingest's messages: the text alone, speaker and time apart."""
+    return [
+        {
+            "id": turn.id,
+            "role": turn.role,
+            "name": turn.speaker,
+            "content": turn.text,
+            "at": turn_time(session, position),
+        }
+        for position, turn in enumerate(session.turns)
+    ]
+
+
+def asked_at(user: User) -> str:
+    """The ``now`` a conversation's questions are asked at: a day after its last session began."""
+    last = datetime.datetime.fromisoformat(user.sessions[-1].at)
+    return (last + datetime.timedelta(days=1)).isoformat()
 
 
 def load_conversations(directory: pathlib.Path, prefix: str = "") -> list[User]:
     """Every user of a conversation set: each turn a memory, each question's evidence its answers.
 
-    A turn's memory is ``turn_content``: the session's date and the speaker
-    before the words, so that one memory per turn still says who spoke and
-    when. An ``updated`` question's superseded turns are its near misses:
-    what a search answers with when it prefers the stale statement.
+    ``memories`` holds each turn as ``turn_content`` (the session's date
+    and the speaker before the words), the text the BM25 baseline reads;
+    memsvc is given the sessions (``messages``). An ``updated`` question's
+    superseded turns are its near misses: what a search answers with when
+    it prefers the stale statement.
     """
     users = []
     for path in sorted(directory.glob("*.jsonl")):
@@ -324,7 +370,7 @@ class ApiError(RuntimeError):
 
 
 class Api:
-    """memory.add and memory.search over HTTP, as a tRPC client sends them."""
+    """memory.add, memory.ingest and memory.search over HTTP, as a tRPC client sends them."""
 
     def __init__(self, app: Flask, secret: str):
         self.client = app.test_client()
@@ -339,11 +385,28 @@ class Api:
             raise ApiError(f"memory.add: {resp.status_code} {resp.get_data(as_text=True)}")
         return resp.get_json()["result"]["data"]["id"]
 
-    def search(self, user: str, query: str, mode: str | None = None) -> tuple[int, t.Any]:
+    def ingest(
+        self, user: str, session: str, messages: list[dict[str, str]]
+    ) -> list[dict[str, t.Any]]:
+        """Store a session's messages; the memories stored, one per message, in order."""
+        resp = self.client.post(
+            "/trpc/memory.ingest",
+            json={"userId": user, "sessionId": session, "messages": messages},
+            headers=self.headers,
+        )
+        if resp.status_code != 200:
+            raise ApiError(f"memory.ingest: {resp.status_code} {resp.get_data(as_text=True)}")
+        return t.cast(list[dict[str, t.Any]], resp.get_json()["result"]["data"]["memories"])
+
+    def search(
+        self, user: str, query: str, mode: str | None = None, now: str | None = None
+    ) -> tuple[int, t.Any]:
         """The status and body of a search with threshold 0 and limit LIMIT."""
         params: dict[str, t.Any] = {"userId": user, "query": query, "limit": LIMIT, "threshold": 0}
         if mode is not None:
             params["mode"] = mode
+        if now is not None:
+            params["now"] = now
         resp = self.client.get(
             "/trpc/memory.search",
             query_string={"input": json.dumps(params)},
@@ -351,11 +414,13 @@ class Api:
         )
         return resp.status_code, resp.get_json()
 
-    def results(self, user: str, query: str, mode: str | None) -> list[dict[str, t.Any]]:
-        status, body = self.search(user, query, mode)
+    def results(
+        self, user: str, query: str, mode: str | None, now: str | None = None
+    ) -> list[dict[str, t.Any]]:
+        status, body = self.search(user, query, mode, now)
         if status != 200:
             raise ApiError(f"memory.search (mode {mode}): {status} {body}")
-        return body["result"]["data"]
+        return t.cast(list[dict[str, t.Any]], body["result"]["data"])
 
 
 def modes_unsupported(api: Api, user: str, query: str) -> str | None:
@@ -375,6 +440,32 @@ def modes_unsupported(api: Api, user: str, query: str) -> str | None:
         f'the server ignores "mode" (an unknown mode got {status}, not 400, '
         "and keyword results carry no matchedBy)"
     )
+
+
+def now_unsupported(api: Api, user: str, query: str, now: str) -> str | None:
+    """Why memory.search looks unable to take ``now``, or None if it takes it.
+
+    A server that drops unknown input fields (as memsvc does) answers a
+    ``now`` it does not know like any search, so the probe sends one that is
+    no time: a server that reads ``now`` refuses it with a 400 naming it.
+    A 400 naming a real ``now`` means the server refuses the field itself.
+    """
+    status, body = api.search(user, query, now=now)
+    if status == 400 and names_now(body):
+        return f'the server refuses "now": {error_message(body)}'
+    status, body = api.search(user, query, now="no-such-time")
+    if status == 400 and names_now(body):
+        return None
+    return f'the server ignores "now" (a "now" that is no time got {status}, not 400)'
+
+
+def error_message(body: t.Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message", "")) if isinstance(error, dict) else ""
+
+
+def names_now(body: t.Any) -> bool:
+    return re.search(r"\bnow\b", error_message(body)) is not None
 
 
 # -- figures ------------------------------------------------------------------
@@ -599,10 +690,12 @@ def run(
 ) -> dict[str, t.Any]:
     """Store every memory, ask every question in every supported mode; all figures.
 
-    ``users`` are the facts set's (none to leave it out); ``ranked`` maps
-    the name of each other set to run to its users. One server holds them all.
-    ``sweep_on``: the facts questions the threshold sweep counts, ``"english"``
-    or ``"all"``.
+    A user with sessions (a conversation) is stored with a memory.ingest
+    call per session, any other with a memory.add per memory, and each
+    server id is mapped back to the set's id. ``users`` are the facts set's
+    (none to leave it out); ``ranked`` maps the name of each other set to
+    run to its users. One server holds them all. ``sweep_on``: the facts
+    questions the threshold sweep counts, ``"english"`` or ``"all"``.
     """
     questions = [q for u in users for q in u.questions]
     ranked = dict(ranked or {})
@@ -619,15 +712,32 @@ def run(
         seconds["setup"] = time.perf_counter() - started
 
         local_id: dict[str, str] = {}  # server id -> the set's id
-        mark = time.perf_counter()
+        seconds["add"] = seconds["ingest"] = 0.0
         for user in users + others:
-            for memory_id, content in user.memories.items():
-                local_id[api.add(user.id, content)] = memory_id
-        seconds["add"] = time.perf_counter() - mark
+            mark = time.perf_counter()
+            if user.sessions:
+                for session in user.sessions:
+                    stored = api.ingest(user.id, session.id, messages(session))
+                    # Each message comes back with the id it was sent with.
+                    local_id.update((m["id"], m["messageId"]) for m in stored)
+                seconds["ingest"] += time.perf_counter() - mark
+            else:
+                for memory_id, content in user.memories.items():
+                    local_id[api.add(user.id, content)] = memory_id
+                seconds["add"] += time.perf_counter() - mark
 
         probe = next((q for q in asked if q.category == "exact"), asked[0])
         why_not = modes_unsupported(api, probe.user, probe.text)
         modes = MODES if why_not is None else MODES[:1]
+        # A conversation's questions are asked a day after its last session.
+        now: dict[str, str] = {}
+        conversing = [u for u in others if u.sessions and u.questions]
+        why_no_now = None
+        if conversing:
+            first = conversing[0]
+            why_no_now = now_unsupported(api, first.id, first.questions[0].text, asked_at(first))
+            if why_no_now is None:
+                now = {u.id: asked_at(u) for u in conversing}
         seconds["search"] = {}
         hits: dict[str, dict[Question, list[Hit]]] = {}
         for mode in modes:
@@ -635,7 +745,9 @@ def run(
             hits[mode] = {}
             for q in asked:
                 # Semantic is the default: ask as today's clients do, without "mode".
-                results = api.results(q.user, q.text, None if mode == "semantic" else mode)
+                results = api.results(
+                    q.user, q.text, None if mode == "semantic" else mode, now.get(q.user)
+                )
                 hits[mode][q] = [
                     Hit(
                         local_id[r["id"]],
@@ -706,7 +818,9 @@ def run(
             **best_threshold(related, unrelated),
         },
         "seconds": seconds,
-        "memories_added": sum(len(u.memories) for u in users + others),
+        "memories_added": sum(len(u.memories) for u in users + others if not u.sessions),
+        "sessions_ingested": sum(len(u.sessions) for u in others),
+        "messages_ingested": sum(len(s.turns) for u in others for s in u.sessions),
     }
     if not users:  # the facts set was left out
         for key in ("dataset", "modes", "threshold"):
@@ -716,6 +830,14 @@ def run(
             name: ranked_figures(RANKED[name], set_users, {**hits, BASELINE: baseline})
             for name, set_users in ranked.items()
         }
+        for name, set_users in ranked.items():
+            if any(u.sessions for u in set_users):
+                out["sets"][name]["ingested"] = {
+                    "sessions": sum(len(u.sessions) for u in set_users),
+                    "messages": sum(len(s.turns) for u in set_users for s in u.sessions),
+                    "now": "a day after the user's last session" if now else None,
+                    "now_skipped": why_no_now,
+                }
     return out
 
 
@@ -753,12 +875,18 @@ def report(out: dict[str, t.Any]) -> None:
         report_ranked(name, RANKED[name], figures)
     s = out["seconds"]
     searches = ", ".join(f"{mode} {v:.1f} s" for mode, v in s["search"].items())
-    added = out["memories_added"]
-    per_add = s["add"] / max(added, 1) * 1000
+    stored = []
+    if added := out["memories_added"]:
+        stored.append(f"{added} adds {s['add']:.1f} s = {s['add'] / added * 1000:.0f} ms each")
+    if ingested := out["messages_ingested"]:
+        stored.append(
+            f"{out['sessions_ingested']} ingests of {ingested} messages {s['ingest']:.1f} s "
+            f"= {s['ingest'] / ingested * 1000:.0f} ms a message"
+        )
     print()
     print(
-        f"run time: {s['total']:.1f} s (setup {s['setup']:.1f} s, {added} adds "
-        f"{s['add']:.1f} s = {per_add:.0f} ms each, searches: {searches})"
+        f"run time: {s['total']:.1f} s (setup {s['setup']:.1f} s, {', '.join(stored)}, "
+        f"searches: {searches})"
     )
 
 
@@ -852,6 +980,18 @@ def report_ranked(name: str, spec: RankedSet, r: dict[str, t.Any]) -> None:
         f"user's memories, computed here (k1 {bm25.K1}, b {bm25.B}, lower-cased runs of "
         "letters and digits, no stemming)"
     )
+    if ingested := r.get("ingested"):
+        asked = (
+            f"asked with now = {ingested['now']}"
+            if ingested["now"]
+            else f"asked without now: {ingested['now_skipped']}"
+        )
+        print(
+            f"stored with memory.ingest, a call per session ({ingested['sessions']} calls, "
+            f"{ingested['messages']} messages): each turn's text, with its speaker, role, turn id "
+            f"and time (its session's start, a minute per turn); the questions {asked}"
+        )
+        print(f"{BASELINE} reads each turn as [<session date>] <speaker>: <text>")
     ratios = r["hybrid_over_bm25_hit_at_5"]
 
     def table(title: str, key: str, count: str, ratio: bool = False, caption: str = "") -> None:

@@ -201,7 +201,7 @@ SPLITS = ("tune", "report")
 SESSION_FIELDS = {"kind", "id", "date", "speakers"}
 TURN_FIELDS = {"kind", "id", "session", "speaker", "text"}
 CONVERSATION_QUESTION_FIELDS = {"kind", "id", "category", "question", "evidence", "answer"}
-# A speaker's name is one word: a turn stored as one memory is
+# A speaker's name is one word: the BM25 baseline reads a turn as
 # "[<date>] <speaker>: <text>", and that must read back unambiguously.
 SPEAKER = re.compile(r"[^\W\d_][\w'.-]*")
 # A turn's text is the speaker's own words: no date before them.

@@ -11,6 +11,7 @@ import json
 import math
 import pathlib
 import shutil
+import tempfile
 import typing as t
 
 import pytest
@@ -90,10 +91,10 @@ def test_scores_search_modes_when_the_server_has_them(tmp_path, monkeypatch):
     """
     real_search = harness.Api.search
 
-    def search(self, user, query, mode=None):
+    def search(self, user, query, mode=None, now=None):
         if mode not in (None, *harness.MODES):
             return 400, {"error": {"message": "mode: must be one of ..."}}
-        status, body = real_search(self, user, query)
+        status, body = real_search(self, user, query, now=now)
         if mode in ("keyword", "hybrid"):
             for r in body["result"]["data"]:
                 r["matchedBy"] = ["semantic"]
@@ -280,11 +281,11 @@ def test_bm25_ranks_as_hand_computed_scores_say():
     assert [i for i, _ in bm25.Index(["red fox", "red fox"]).search("fox", 10)] == [1, 0]
 
 
-def test_a_conversation_turn_is_stored_with_its_date_and_speaker(tmp_path):
-    """Each turn is kept as said, and stored as one memory that says who said it and when.
+def test_a_conversation_turn_is_read_with_its_date_and_speaker(tmp_path):
+    """Each turn is kept as said; BM25 reads it as one text that says who said it and when.
 
     The session starts half an hour after midnight at +01:00: the date in the
-    memory is the one where it was said, not the UTC one (the day before).
+    text is the one where it was said, not the UTC one (the day before).
     """
     records = [
         {"kind": "conversation", "user": "Ana", "roles": {"Ana": "user", "Assistant": "assistant"},
@@ -324,6 +325,160 @@ def test_a_conversation_turn_is_stored_with_its_date_and_speaker(tmp_path):
     ]
     [question] = user.questions
     assert question.answers == {"s1t1"} and question.candidates == 3
+    # memory.ingest is given the words alone, the speaker and time beside them,
+    # a minute per turn from the session's start, in its offset.
+    assert harness.messages(user.sessions[0]) == [
+        {"id": "s1t1", "role": "user", "name": "Ana", "content": "I moved on Friday.",
+         "at": "2025-03-31T00:30:00+01:00"},
+        {"id": "s1t2", "role": "assistant", "name": "Assistant", "content": "Noted.",
+         "at": "2025-03-31T00:31:00+01:00"},
+    ]  # fmt: skip
+    assert harness.asked_at(user) == "2025-04-03T18:00:00+01:00"
+
+
+SMALL_TALK = [
+    "Morning! How was the weekend?",
+    "Quiet, mostly. I read on the balcony.",
+    "The weather has been lovely for it.",
+    "It has. I might even start running again.",
+]
+CONVERSATION = [
+    {"kind": "conversation", "user": "Ana", "roles": {"Ana": "user", "Assistant": "assistant"},
+     "split": "tune"},
+    {"kind": "session", "id": "s1", "date": "2025-03-30T23:50:00+01:00",
+     "speakers": ["Ana", "Assistant"]},
+    *({"kind": "turn", "id": f"s1t{i}", "session": "s1", "speaker": ("Ana", "Assistant")[i % 2],
+       "text": text} for i, text in enumerate(SMALL_TALK, 1)),
+    {"kind": "turn", "id": "s1t5", "session": "s1", "speaker": "Ana",
+     "text": "My cat is called Biscuit, she is a ginger tabby."},
+    {"kind": "turn", "id": "s1t6", "session": "s1", "speaker": "Assistant",
+     "text": "Biscuit is a lovely name for a ginger cat."},
+    {"kind": "session", "id": "s2", "date": "2025-04-14T18:00:00+02:00",
+     "speakers": ["Ana", "Assistant"]},
+    {"kind": "turn", "id": "s2t1", "session": "s2", "speaker": "Ana",
+     "text": "The dentist moved my appointment to Thursday at nine."},
+    {"kind": "turn", "id": "s2t2", "session": "s2", "speaker": "Assistant",
+     "text": "Noted: the dentist on Thursday at nine."},
+    {"kind": "turn", "id": "s2t3", "session": "s2", "speaker": "Ana",
+     "text": "I also bought a green bicycle with a basket."},
+    {"kind": "question", "id": "q1", "category": "single_fact",
+     "question": "What is the name of Ana's cat?", "evidence": ["s1t5", "s1t6"],
+     "answer": "Biscuit"},
+    {"kind": "question", "id": "q2", "category": "updated",
+     "question": "When does Ana see the dentist?", "evidence": ["s2t1", "s2t2"],
+     "answer": "Thursday at nine"},
+    {"kind": "question", "id": "q3", "category": "single_fact",
+     "question": "What colour is Ana's bike?", "evidence": ["s2t3"], "answer": "green"},
+]  # fmt: skip
+
+
+def conversation_set(tmp_path: pathlib.Path) -> pathlib.Path:
+    data = tmp_path / "conversations"
+    data.mkdir()
+    (data / "ana.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CONVERSATION))
+    return data
+
+
+def test_conversations_are_ingested_a_session_a_call_and_ranked_by_turn_id(tmp_path, capsys):
+    """Each session is one memory.ingest call; the server's results map back to the set's turns.
+
+    The database is a file kept after the run, so what memsvc stored can be
+    read back through the API: the turn's words alone, with its speaker,
+    role, session, turn id and time.
+    """
+    data = conversation_set(tmp_path)
+    [user] = harness.load_conversations(data, "conversations.")
+    database = str(tmp_path / "kept.sqlite3")
+    out = harness.run([], database, {"conversations": [user]})
+
+    assert out["memories_added"] == 0
+    assert (out["sessions_ingested"], out["messages_ingested"]) == (2, 9)
+    figures = out["sets"]["conversations"]
+    assert figures["ingested"]["sessions"] == 2 and figures["ingested"]["messages"] == 9
+    turns = {turn.id for s in user.sessions for turn in s.turns}
+    for method, results in figures["methods"].items():
+        for asked in results["questions"]:
+            assert {memory for memory, _ in asked["results"]} <= turns, (method, asked)
+    semantic = {q["id"]: q for q in figures["methods"]["semantic"]["questions"]}
+    # The cat's name and the bike's colour come first: a result id mapped
+    # wrong could not name the labelled turn.
+    assert semantic["q1"]["rank"] == 1 and semantic["q1"]["results"][0][0] in {"s1t5", "s1t6"}
+    assert semantic["q3"]["rank"] == 1 and semantic["q3"]["results"][0][0] == "s2t3"
+    assert len(semantic["q1"]["results"]) == 9  # threshold 0: every turn of the user
+
+    harness.report(out)
+    printed = capsys.readouterr().out
+    assert "stored with memory.ingest, a call per session (2 calls, 9 messages)" in printed
+    assert "2 ingests of 9 messages" in printed
+
+    with tempfile.TemporaryDirectory() as tmp, harness.memsvc_app(tmp, database) as app:
+        api = harness.Api(app, harness.create_api_key(app))
+        resp = api.client.get(
+            "/trpc/memory.getAll",
+            query_string={"input": json.dumps({"userId": user.id, "limit": 100})},
+            headers=api.headers,
+        )
+        stored = {m["messageId"]: m for m in resp.get_json()["result"]["data"]}
+    assert set(stored) == turns
+    cat = stored["s1t5"]
+    assert cat["content"] == "My cat is called Biscuit, she is a ginger tabby."
+    assert (cat["kind"], cat["sessionId"], cat["role"], cat["speaker"], cat["position"]) == (
+        "message", "s1", "user", "Ana", 4,
+    )  # fmt: skip
+    # 23:50 at +01:00, and four turns before it: 23:54, 22:54 UTC.
+    assert cat["occurredAt"] == "2025-03-30T22:54:00.000Z"
+    assert stored["s1t6"]["role"] == "assistant" and stored["s1t6"]["speaker"] == "Assistant"
+    assert stored["s2t3"]["occurredAt"] == "2025-04-14T16:02:00.000Z"
+
+
+@pytest.mark.parametrize("server", ["takes now", "refuses now"])
+def test_conversation_questions_are_asked_a_day_after_the_last_session(
+    tmp_path, monkeypatch, server
+):
+    """A server that reads ``now`` refuses one that is no time; one that refuses the field, any.
+
+    Stands in for such servers in front of the real one (which drops an
+    input field it does not know), so the harness's path for ``now`` runs
+    before memsvc has it: every conversation question is asked with the
+    same ``now``, a day after the user's last session began, or, on a
+    server refusing it, without one.
+    """
+    real_search = harness.Api.search
+    asked_with: list[str | None] = []
+
+    def search(self, user, query, mode=None, now=None):
+        if now is not None and (server == "refuses now" or not now[:4].isdigit()):
+            return 400, {"error": {"message": "Invalid input: now: must be a timestamp"}}
+        asked_with.append(now)
+        return real_search(self, user, query, mode)
+
+    monkeypatch.setattr(harness.Api, "search", search)
+    out = harness.main(["--set", "conversations", "--data", str(conversation_set(tmp_path))])
+    ingested = out["sets"]["conversations"]["ingested"]
+    if server == "takes now":
+        assert ingested["now"] is not None and ingested["now_skipped"] is None
+        # The probe, then each of the 3 questions in each mode that ran; the
+        # modes probe is the only search without it.
+        modes = [m for m in out["sets"]["conversations"]["methods"] if m != harness.BASELINE]
+        assert set(asked_with) - {None} == {"2025-04-15T18:00:00+02:00"}
+        assert asked_with.count("2025-04-15T18:00:00+02:00") == 1 + 3 * len(modes)
+    else:
+        assert ingested["now"] is None
+        assert ingested["now_skipped"].startswith('the server refuses "now"')
+        assert set(asked_with) == {None}
+
+
+def test_the_probe_finds_whether_memsvc_reads_now(tmp_path):
+    """memsvc drops an input field it does not know: ``now`` is used only if search reads it."""
+    from memsvc.api.inputs import SearchInput
+
+    out = harness.main(["--set", "conversations", "--data", str(conversation_set(tmp_path))])
+    ingested = out["sets"]["conversations"]["ingested"]
+    if "now" in SearchInput().fields:
+        assert ingested["now"] is not None and ingested["now_skipped"] is None
+    else:
+        assert ingested["now"] is None
+        assert ingested["now_skipped"].startswith('the server ignores "now"')
 
 
 def test_split_takes_one_half_of_the_conversations():
