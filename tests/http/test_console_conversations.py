@@ -1,6 +1,7 @@
 """The console's conversations: a user's sessions, a session's messages, a message's memory page,
 and the search playground's kinds, time bounds and context; on every store."""
 
+import datetime
 import html
 import re
 
@@ -171,9 +172,6 @@ def test_the_search_form_keeps_its_kinds_and_times(client, api):
     assert '<details class="more">' in plain.text
 
 
-# memory.search takes kinds and occurredAfter/occurredBefore but does not apply them yet;
-# the search work that applies them makes this pass (and this mark then fails: remove it).
-@pytest.mark.xfail(strict=True, reason="memory.search does not apply kinds and occurred* yet")
 def test_a_search_by_kind_and_time_finds_only_those(client, api):
     ingest(api, "dinner", DINNER)
     api("memory.add", {"userId": "dana", "content": "Dana likes miso ramen"})
@@ -217,3 +215,41 @@ def test_a_message_found_is_shown_inside_its_conversation(client, api):
     assert "in-result" not in alone.text
     assert texts(alone, "content") == ["Too salty, I will use less miso next time."]
     assert '<strong class="speaker">Dana</strong>' in alone.text
+
+
+def query_time(page):
+    """What the page says of the query's time, or None when the search did not rank by it."""
+    found = re.search(r'<p class="note" data-testid="query-time">(.*?)</p>', page.text)
+    return html.unescape(found.group(1)) if found else None
+
+
+def test_time_and_now_are_sent_only_when_set(client, api):
+    for content, at in [("I cooked a curry", "2023-05-07T18:00:00+00:00"),
+                        ("I cooked a risotto", "2023-04-19T18:00:00+00:00")]:  # fmt: skip
+        api("memory.add", {"userId": "dana", "content": content, "occurredAt": at})
+    ask = {"q": "What did I cook yesterday?", "mode": "semantic"}
+    # "on", with a moment: what falls inside the day before it comes first.
+    may = search(client, **ask, time="on", now="2023-05-08T09:00:00")
+    assert texts(may, "content")[0] == "I cooked a curry"
+    assert query_time(may).startswith("The query's time: “yesterday” → 2023-05-07;")
+    april = search(client, **ask, time="on", now="2023-04-20T09:00:00")
+    assert texts(april, "content")[0] == "I cooked a risotto"
+    assert query_time(april).startswith("The query's time: “yesterday” → 2023-04-19;")
+    # No moment: the time of the call.
+    before = datetime.datetime.now(datetime.UTC).date()
+    today = search(client, **ask, time="on")
+    after = datetime.datetime.now(datetime.UTC).date()
+    assert query_time(today) in {
+        f"The query's time: “yesterday” → {day - datetime.timedelta(days=1)}; "
+        "what falls inside it ranks higher."
+        for day in (before, after)
+    }
+    # "auto" sends nothing: semantic mode then ranks by meaning alone, as the API's default.
+    auto = search(client, **ask, time="auto", now="2023-05-08T09:00:00")
+    assert query_time(auto) is None
+    # In hybrid mode the server's default is on; "off" turns it off.
+    hybrid = {**ask, "mode": "hybrid", "now": "2023-05-08T09:00:00"}
+    assert query_time(search(client, **hybrid)).startswith("The query's time: “yesterday”")
+    assert query_time(search(client, **hybrid, time="off")) is None
+    none = search(client, q="What did I cook?", mode="hybrid")
+    assert query_time(none) == "Ranked by time, but the query names none."

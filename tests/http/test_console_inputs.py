@@ -45,7 +45,9 @@ def test_a_search_number_that_is_no_number_is_a_clear_error(signed_in, field, va
      ({"kinds": ["memory", "memory", "fact", "message"]}, "kinds: must hold at most 3 kinds"),
      ({"occurredAfter": "yesterday"}, "occurredAfter"),
      ({"occurredBefore": "2023-02-30T10:00:00"}, "occurredBefore"),
-     ({"occurredAfter": "9" * 5000}, "occurredAfter")],
+     ({"occurredAfter": "9" * 5000}, "occurredAfter"),
+     ({"now": "tomorrow"}, "now"),
+     ({"now": "2023-13-01T10:00:00"}, "now")],
 )  # fmt: skip
 def test_a_search_scope_the_api_refuses_is_a_clear_error(signed_in, args, said):
     client, _ = signed_in
