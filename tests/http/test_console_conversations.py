@@ -252,4 +252,4 @@ def test_time_and_now_are_sent_only_when_set(client, api):
     assert query_time(search(client, **hybrid)).startswith("The query's time: “yesterday”")
     assert query_time(search(client, **hybrid, time="off")) is None
     none = search(client, q="What did I cook?", mode="hybrid")
-    assert query_time(none) == "Ranked by time, but the query names none."
+    assert query_time(none) == "The query names no time to rank by."
