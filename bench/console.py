@@ -4,7 +4,9 @@ Builds the app in this process on a fresh SQLite database, gives one end
 user 10,000 memories (and the tenant 2,000 more users), signs in to the
 console, and times whole requests through the app (WSGI, no network): the
 console's pages against the API calls they are built from, measured in the
-same run. Then a memory's history page, for versions that differ a little
+same run. The user also has 200 conversations, one of them 1,000 messages
+long: their page lists sessions too, and a session's page is timed against
+its memory.session call. Then a memory's history page, for versions that differ a little
 and for versions of 64 KiB that share nothing (the most comparing a page can
 be asked for, bounded by the diff's budget), and one pair of texts compared
 by the diff before it was bounded (difflib) and after. Server time only; the
@@ -100,6 +102,28 @@ def _history(app: t.Any, versions: list[tuple[str, dict[str, t.Any]]]) -> str:
         return memory_id
 
 
+def _conversations(client: t.Any, secret: str) -> None:
+    """The big user's conversations: one of 1,000 messages, 199 of two."""
+    headers = {"x-api-key": secret}
+
+    def ingest(session_id: str, messages: list[dict[str, t.Any]]) -> None:
+        body = {"userId": "big-user", "sessionId": session_id, "messages": messages}
+        answer = client.post("/trpc/memory.ingest", json=body, headers=headers)
+        assert answer.status_code == 200, answer.get_data(as_text=True)[:500]
+
+    def said(i: int) -> dict[str, t.Any]:
+        text = f"Message {i}: we spoke about trip {i % 13} yesterday, the next is next week"
+        if i % 2:
+            return {"role": "assistant", "content": text}
+        return {"role": "user", "name": "Ada", "content": text}
+
+    for start in (0, 500):
+        ingest("long", [said(i) for i in range(start, start + 500)])
+    for n in range(199):
+        ingest(f"chat-{n:03d}", [{"role": "user", "content": f"Question {n} about topic {n}"},
+                                 {"role": "assistant", "content": f"Answer {n}"}])  # fmt: skip
+
+
 def _difflib_words(before: str, after: str) -> int:
     """The console's word diff before it was bounded (difflib, no autojunk): runs made."""
     tokens = re.compile(r"\s+|\w+|[^\w\s]")
@@ -144,6 +168,7 @@ def main() -> None:
         )
         assert signed.status_code == 302, signed.get_data(as_text=True)
         api = {"headers": {"x-api-key": secret}}
+        _conversations(client, secret)
         rows = [
             (
                 "API memory.getAll, 26 memories (baseline)",
@@ -181,6 +206,29 @@ def main() -> None:
                 _time(client, '/trpc/memory.users?input={"limit":51}', args.requests, **api),
             ),
             ("console: end users (50)", _time(client, "/console/users", args.requests)),
+            (
+                "API memory.sessions, 11 sessions",
+                _time(
+                    client,
+                    '/trpc/memory.sessions?input={"userId":"big-user","limit":11}',
+                    args.requests,
+                    **api,
+                ),
+            ),
+            (
+                "API memory.session, 51 messages",
+                _time(
+                    client,
+                    '/trpc/memory.session?input={"userId":"big-user","sessionId":"long",'
+                    '"limit":51,"after":499}',
+                    args.requests,
+                    **api,
+                ),
+            ),
+            (
+                "console: a session's page (50 messages)",
+                _time(client, "/console/session?user=big-user&id=long&at=503", args.requests),
+            ),
         ]
         # A memory's history: 20 versions of 2,000 words, each a small edit of the one
         # before; and 8 versions of 64 KiB that share no run of words (and as much

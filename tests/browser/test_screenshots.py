@@ -15,7 +15,8 @@ from tests.browser.conftest import new_page
 from tests.browser.conftest import sign_in
 from tests.support.servers import REPO
 
-PAGES = ["sign-in", "users", "user", "memory", "search", "keys", "service", "phone"]
+PAGES = ["sign-in", "users", "user", "memory", "search", "keys", "service", "phone", "session",
+         "message", "search-context"]  # fmt: skip
 
 MEMORIES = {
     "alice": [
@@ -31,6 +32,19 @@ MEMORIES = {
     "dmitri": [("Dmitri is learning Japanese", {}), ("Dmitri's cat is called Miso", {})],
     "emma@example.com": [("Emma's flight to Oslo leaves on Friday", {"topic": "travel"})],
 }
+
+#: Alice's conversation with the assistant, a day apart.
+CHAT = [
+    {"role": "user", "name": "Alice", "content": "I ran 30 km yesterday, my longest run so far.",
+     "at": "2026-05-10T07:45:00+00:00", "id": "c1"},
+    {"role": "assistant", "content": "Well done! How did your legs feel afterwards?", "id": "c2"},
+    {"role": "user", "name": "Alice", "content": "Heavy. My knee hurt a little after 25 km.",
+     "at": "2026-05-10T07:47:00+00:00", "id": "c3"},
+    {"role": "assistant", "content": "Rest it for two days and see a physio if it still hurts.",
+     "id": "c4"},
+    {"role": "user", "name": "Alice", "content": "The physio says it is fine. Back to training "
+     "next week.", "at": "2026-05-12T18:05:00+00:00", "id": "c5"},
+]  # fmt: skip
 
 
 def test_screenshots_of_every_page(browser, watch, server, tmp_path):
@@ -50,6 +64,12 @@ def test_screenshots_of_every_page(browser, watch, server, tmp_path):
             m = api.add(user, content, metadata=metadata, **extra)
             first = first or m
     assert first is not None
+    chat = api.call("memory.ingest", {"userId": "alice", "sessionId": "coach-2026-05",
+                                      "messages": CHAT})["memories"]  # fmt: skip
+    api.call("memory.ingest", {"userId": "alice", "sessionId": "coach-2026-04", "messages": [
+        {"role": "user", "name": "Alice", "content": "Which shoes for a marathon?",
+         "at": "2026-04-20T12:00:00+00:00"},
+        {"role": "assistant", "content": "Ones you have already run long in."}]})  # fmt: skip
     api.call("memory.update", {"id": first["id"], "content": first["content"].replace(
         "in September", "on 27 September, aiming for 3h45")})  # fmt: skip
     api.call("memory.update", {"id": first["id"], "metadata": {"topic": "sport", "goal": "3:45"}})
@@ -68,6 +88,15 @@ def test_screenshots_of_every_page(browser, watch, server, tmp_path):
             "&mode=hybrid&limit=5&threshold=0.45"
         )
         page.screenshot(path=out / "search.png", full_page=True)
+        page.goto(server.url + "/console/session?user=alice&id=coach-2026-05&at=2#m-2")
+        page.screenshot(path=out / "session.png", full_page=True)
+        page.goto(server.url + f"/console/memory?id={chat[2]['id']}")
+        page.screenshot(path=out / "message.png", full_page=True)
+        page.goto(
+            server.url + "/console/search?user=alice&q=Did+her+knee+hurt+after+the+long+run%3F"
+            "&mode=hybrid&limit=2&threshold=0.3&kinds=message&context=1"
+        )
+        page.screenshot(path=out / "search-context.png", full_page=True)
         page.goto(server.url + "/console/service")
         page.screenshot(path=out / "service.png", full_page=True)
         sign_in(page, server, server.token("acme"), token=True)

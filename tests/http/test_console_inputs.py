@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import hmac
+import html
 import json
 import time
 
@@ -34,6 +35,51 @@ def test_a_search_number_that_is_no_number_is_a_clear_error(signed_in, field, va
     page = client.get("/console/search", query_string={"user": "u", "q": "x", field: value})
     assert page.status_code == 400, page.text[:300]
     assert f"{field} must be a number" in page.text
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [({"context": "nan"}, "context must be a number"),
+     ({"context": "1e999"}, "context must be a number"),
+     ({"kinds": "everything"}, "kinds[0]: must be one of memory, message, fact"),
+     ({"kinds": ["memory", "memory", "fact", "message"]}, "kinds: must hold at most 3 kinds"),
+     ({"occurredAfter": "yesterday"}, "occurredAfter"),
+     ({"occurredBefore": "2023-02-30T10:00:00"}, "occurredBefore"),
+     ({"occurredAfter": "9" * 5000}, "occurredAfter"),
+     ({"now": "tomorrow"}, "now"),
+     ({"now": "2023-13-01T10:00:00"}, "now")],
+)  # fmt: skip
+def test_a_search_scope_the_api_refuses_is_a_clear_error(signed_in, args, said):
+    client, _ = signed_in
+    page = client.get("/console/search", query_string={"user": "u", "q": "x", **args})
+    assert page.status_code == 400, page.text[:300]
+    assert said in html.unescape(page.text)
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [({"after": "abc"}, "after must be a message position"),
+     ({"after": "-1"}, "after must be a message position"),
+     ({"after": "9" * 5000}, "after must be a message position"),
+     ({"at": "1.5"}, "at must be a message position"),
+     ({"at": "\u0663"}, "at must be a message position"),
+     ({"id": "s" * 5000}, "sessionId"),
+     ({"id": ""}, "sessionId"),
+     ({"user": ""}, "userId")],
+)  # fmt: skip
+def test_a_session_page_of_hostile_arguments_is_a_clear_error(signed_in, args, said):
+    client, _ = signed_in
+    page = client.get("/console/session", query_string={"user": "u", "id": "s", **args})
+    assert page.status_code == 400, page.text[:300]
+    assert said in html.unescape(page.text)
+
+
+def test_a_sessions_cursor_that_is_no_session_is_a_clear_error(signed_in):
+    client, _ = signed_in
+    for cursor in ("no-such-session", "x" * 5000):
+        page = client.get("/console/user", query_string={"id": "u", "sessions": cursor})
+        assert page.status_code == 400, page.text[:300]
+        assert "cursor" in page.text
 
 
 def test_a_filter_nested_past_any_parser_is_a_clear_error(signed_in):

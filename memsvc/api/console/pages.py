@@ -226,6 +226,19 @@ def iso_from_local(value: str | None) -> str | None:
     return parsed.isoformat()
 
 
+def position(field: str, text: str | None) -> int | None:
+    """A form's message position (0 or more); absent: ``None``.
+
+    :raises BadRequest: it is not one (the API's limit is the database's, so
+        a number of thousands of digits is refused here, not there).
+    """
+    if text in (None, ""):
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 15):
+        raise BadRequest(f"{field} must be a message position: a whole number, 0 or more")
+    return int(text)
+
+
 def url_with(endpoint: str, args: dict[str, t.Any]) -> str:
     """A page's URL with the arguments that have a value."""
     kept = {k: v for k, v in args.items() if v not in (None, "")}

@@ -1,6 +1,6 @@
 """The console's pages of end users and their memories: the tenant's users, one user's
-memories (filtered, paged, all deleted at once), and one memory with its history, edited or
-deleted."""
+memories (filtered, paged, all deleted at once) and conversations, one conversation's messages,
+and one memory with its history, edited or deleted."""
 
 from __future__ import annotations
 
@@ -22,11 +22,17 @@ from .pages import iso_from_local
 from .pages import json_field
 from .pages import needs
 from .pages import page
+from .pages import position
 from .pages import url_with
 
 #: Memories on one user's page; end users on the users page.
 PAGE_SIZE = 25
 USERS_PAGE = 50
+#: Sessions on one user's page; messages on a session's page.
+SESSIONS_PAGE = 10
+MESSAGES_PAGE = 50
+#: A session's page opened at a message starts this many messages before it.
+LEAD_IN = 3
 
 # -- end users -------------------------------------------------------------------------
 
@@ -63,6 +69,7 @@ def users() -> Response:
 def user() -> Response:
     user_id = request.args.get("id", "")
     after = request.args.get("after") or None
+    sessions_after = request.args.get("sessions") or None
     filter_text = request.args.get("filter", "").strip()
     created_from = request.args.get("from", "")
     created_to = request.args.get("to", "")
@@ -70,24 +77,37 @@ def user() -> Response:
 
     def render(
         memories: list[dict[str, t.Any]],
+        sessions: list[dict[str, t.Any]],
         summary: dict[str, t.Any] | None,
         error: dict[str, t.Any] | None = None,
     ) -> Response:
         more = len(memories) > PAGE_SIZE
         memories = memories[:PAGE_SIZE]
-        older = {**query, "after": memories[-1]["id"]} if more else None
+        older = {**query, "after": memories[-1]["id"], "sessions": sessions_after} if more else None
+        more_sessions = len(sessions) > SESSIONS_PAGE
+        sessions = sessions[:SESSIONS_PAGE]
+        here = {**query, "after": after}
         return page(
             "user.html",
             user_id=user_id,
             summary=summary,
             memories=memories,
+            sessions=sessions,
             error=error,
             filter_text=filter_text,
             created_from=created_from,
             created_to=created_to,
-            first_url=url_with("console.user", query),
+            first_url=url_with("console.user", {**query, "sessions": sessions_after}),
             next_url=url_with("console.user", older) if older else None,
             paged=bool(after),
+            sessions_paged=bool(sessions_after),
+            first_sessions_url=url_with("console.user", here) + "#sessions",
+            next_sessions_url=(
+                url_with("console.user", {**here, "sessions": sessions[-1]["sessionId"]})
+                + "#sessions"
+                if more_sessions
+                else None
+            ),
             pretty=diff.pretty,
             now=clock.iso(clock.now_ms()),
         )
@@ -95,6 +115,9 @@ def user() -> Response:
     input: dict[str, t.Any] = {"userId": user_id, "limit": PAGE_SIZE + 1}
     if after:
         input["cursor"] = after
+    listed: dict[str, t.Any] = {"userId": user_id, "limit": SESSIONS_PAGE + 1}
+    if sessions_after:
+        listed["cursor"] = sessions_after
     try:
         if filter_text:
             input["filter"] = json_field("filter", filter_text)
@@ -103,14 +126,61 @@ def user() -> Response:
         if created_to:
             input["createdBefore"] = iso_from_local(created_to)
         memories = call("memory.getAll", input)
+        sessions = call("memory.sessions", listed)
 
         def summarised(found: list[dict[str, t.Any]]) -> Response:
             summary = found[0] if found and found[0]["userId"] == user_id else None
-            return render(memories, summary)
+            return render(memories, sessions, summary)
 
         return call("memory.users", {"prefix": user_id, "limit": 1}, then=summarised)
     except ApiError as e:
-        return render([], None, failure(e))
+        return render([], [], None, failure(e))
+
+
+# -- one conversation ------------------------------------------------------------------
+
+
+@bp.get("/session")
+@needs(KEY)
+def conversation() -> Response:
+    """One session's messages in position order, a page at a time; ``at`` marks one of them."""
+    user_id = request.args.get("user", "")
+    session_id = request.args.get("id", "")
+    try:
+        after = position("after", request.args.get("after"))
+        at = position("at", request.args.get("at"))
+    except ApiError as e:
+        return page("message.html", e.status, title="No such page", message=e.message, back=None)
+    if after is None and at is not None and at > LEAD_IN:
+        after = at - LEAD_IN - 1
+    query = {"user": user_id, "id": session_id}
+
+    def render(messages: list[dict[str, t.Any]]) -> Response:
+        more = len(messages) > MESSAGES_PAGE
+        messages = messages[:MESSAGES_PAGE]
+        return page(
+            "conversation.html",
+            user_id=user_id,
+            session_id=session_id,
+            messages=messages,
+            at=at,
+            first_url=url_with("console.conversation", query) if after is not None else None,
+            next_url=(
+                url_with("console.conversation", {**query, "after": messages[-1]["position"]})
+                if more
+                else None
+            ),
+        )
+
+    input: dict[str, t.Any] = {"userId": user_id, "sessionId": session_id}
+    input["limit"] = MESSAGES_PAGE + 1
+    if after is not None:
+        input["after"] = after
+    try:
+        return call("memory.session", input, then=render)
+    except ApiError as e:
+        title = "No such session" if e.status == 404 else "Refused"
+        return page("message.html", e.status, title=title, message=e.message, back=None)
 
 
 @bp.post("/user/delete-all")
