@@ -106,7 +106,7 @@ format: install-test
 	$(BIN)/ruff check --fix $(PY_SOURCES)
 	$(BIN)/ruff format $(PY_SOURCES)
 
-# The settings table of docs/configuration.md, from memsvc/settings.py; the
+# The settings table of docs/configuration.md, from memsvc/settings/table.py; the
 # table of procedures of docs/api.md, from their declarations.
 docs: install
 	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'

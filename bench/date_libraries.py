@@ -11,7 +11,7 @@ sentence (the table's, one after the other) and for one 64 KiB text (the
 table's sentences repeated), or what it raised.
 
 Runs in any Python with the libraries to compare and nothing else of
-memsvc's (memsvc.dates is loaded from its file), so each candidate can be
+memsvc's (memsvc.dates is loaded from its folder), so each candidate can be
 measured in a scratch environment of its own::
 
     python -m venv /tmp/dates && /tmp/dates/bin/pip install dateparser \\
@@ -44,11 +44,14 @@ NAIVE = REF.replace(tzinfo=None)
 
 
 def _memsvc() -> t.Callable[[str], Found]:
-    path = pathlib.Path(__file__).resolve().parents[1] / "memsvc" / "dates.py"
-    spec = importlib.util.spec_from_file_location("memsvc_dates", path)
+    path = pathlib.Path(__file__).resolve().parents[1] / "memsvc" / "dates"
+    spec = importlib.util.spec_from_file_location(
+        "memsvc_dates", path / "__init__.py", submodule_search_locations=[str(path)]
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks itself up there
+    # Its dataclass looks itself up there, and its modules import each other from there.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return lambda text: [(s.text, s.start, s.end) for s in module.find_dates(text, REF)]
 

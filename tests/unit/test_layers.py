@@ -33,7 +33,7 @@ FORBIDDEN = {
     "memsvc/embeddings": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/services": {"api", "serving", "cli", "runtime"},
     "memsvc/api": {"serving", "cli"},
-    "memsvc/limits.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
+    "memsvc/limits": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/tokens.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/rules.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},
     "memsvc/wire.py": {"api", "services", "search", "store", "serving", "cli", "runtime"},

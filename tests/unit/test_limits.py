@@ -14,7 +14,7 @@ import pytest
 
 from memsvc.limits import Limiter
 from memsvc.limits import Limits
-from memsvc.limits import _locked
+from memsvc.limits import key_file
 from tests.support.limiting import Clock
 from tests.support.limiting import admit
 
@@ -94,7 +94,7 @@ def test_threads_together_never_exceed_the_limit(tmp_path):
 def _lock_key_a(directory, locked, release):
     limiter = Limiter(directory)
     limiter.acquire("a", Limits(5, 5))
-    with _locked(limiter._state("a")):
+    with key_file.locked(limiter._state("a")):
         locked.set()
         release.wait(30)
 

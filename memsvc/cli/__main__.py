@@ -1,0 +1,5 @@
+"""``python -m memsvc.cli``: the ``memsvc`` command."""
+
+from . import main
+
+main()
