@@ -4,7 +4,7 @@ A file of ``--memories`` memories (200,000: 2,000 new users of 100, their
 memories interleaved at random as an export of a live database has them,
 format 3, vectors in the file) is imported as ``memsvc import`` does it
 (:func:`memsvc.services.transfer.check`, then
-:func:`~memsvc.services.transfer.import_`, batches of 500) into
+:func:`~memsvc.services.transfer.import_`, in its transactions) into
 
   (a) an empty database, and
   (b) a database already holding ``--base`` memories (1,000,000: 10,000
@@ -215,7 +215,7 @@ def main() -> None:
         print(
             f"memsvc import of {args.memories:,} memories ({size / 1e6:.0f} MB of JSON Lines, "
             f"{ks.DIMS}-d vectors from the file, {args.memories // ks.PER_USER:,} new users) "
-            "into SQLite, batches of 500"
+            f"into SQLite, {transfer.IMPORT_BATCH:,} a transaction"
         )
         print(
             f"{'into':<22}{'keyword index':<15}{'import/s':>10}{'check+import/s':>16}"
