@@ -53,6 +53,8 @@ _PAIRED = (
 # of Indic scripts (not letters to Python's re, but part of their words).
 _MARKS = "\u0900-\u0dff\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff"
 _WORD = re.compile(rf"(?:[^\W_]|[{_MARKS}])+")
+#: :data:`_WORD` in ASCII text (no marks there), several times faster to match.
+_ASCII_WORD = re.compile("[0-9A-Za-z]+")
 _SEGMENT = re.compile(rf"[{_PAIRED}]+|[^{_PAIRED}]+")
 _PAIRED_CHAR = re.compile(f"[{_PAIRED}]")
 _ACCENTS = re.compile("[\u0300-\u036f]")
@@ -77,8 +79,11 @@ def normalise(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """The words of ``text`` before stemming, in order (character pairs for paired scripts)."""
+    text = normalise(text)
+    if text.isascii():
+        return [run[:MAX_TERM_CHARS] for run in _ASCII_WORD.findall(text)]
     out: list[str] = []
-    for run in _WORD.findall(normalise(text)):
+    for run in _WORD.findall(text):
         if run.isascii():
             out.append(run[:MAX_TERM_CHARS])
             continue

@@ -189,7 +189,13 @@ def _import_scope(
     is_flag=True,
     help="Import every tenant the file holds, trusting the file (a whole database's export).",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=transfer.IMPORT_BATCH,
+    show_default=True,
+    help="Memories written per transaction.",
+)
 @click.option(
     "--max-line-chars",
     type=click.IntRange(min=1),

@@ -165,14 +165,19 @@ def _vectors(encoded: t.Any, dims: int) -> np.ndarray:
     if not isinstance(encoded, list) or not encoded:
         raise rules.Invalid("must be a non-empty list")
     try:
-        rows = [np.frombuffer(base64.b64decode(v, validate=True), dtype="<f4") for v in encoded]
+        raw = [base64.b64decode(v, validate=True) for v in encoded]
     except (ValueError, TypeError):
         raise rules.Invalid("must be base64 of little-endian float32") from None
-    if dims and any(len(r) != dims for r in rows):
+    sizes = {len(r) for r in raw}
+    if any(size % 4 for size in sizes):
+        raise rules.Invalid("must be base64 of little-endian float32")
+    if dims and sizes != {dims * 4}:
         raise rules.Invalid(f"must have {dims} dimensions")
-    if any(len(r) != len(rows[0]) for r in rows):
+    if len(sizes) != 1:
         raise rules.Invalid("must all have the same dimensions")
-    vectors = np.vstack(rows).astype(np.float32)
+    # One buffer for all windows, read in place: no array per window to stack.
+    vectors = np.frombuffer(bytearray(b"".join(raw)), dtype="<f4").reshape(len(raw), -1)
+    vectors = vectors.astype(np.float32, copy=False)
     if not np.isfinite(vectors).all():
         raise rules.Invalid("must be finite numbers")
     # No direction: no query is ever near it, and cosine distance divides by its norm.
@@ -274,8 +279,17 @@ def _sources(value: t.Any) -> tuple[str, ...]:
     return tuple(_uuid(v) for v in value)
 
 
+#: The fields only a message or a fact has: an ordinary memory's line has none.
+_CONVERSATION_FIELDS = frozenset(
+    ("kind", "occurredAt", "timeOffset", "sessionId", "role", "speaker", "position",
+     "messageId", "dates", "sources", "supersededBy", "validTo")
+)  # fmt: skip
+
+
 def _conversation(raw: dict[str, t.Any], memory: Memory, limits: Rules) -> Memory:
     """The fields of a message or a fact (version 3), each checked as the API checks it."""
+    if _CONVERSATION_FIELDS.isdisjoint(raw):
+        return memory  # none of them: every one would be None, as ``memory`` has them
     kind = _field(raw, "kind", "kind", _one_of, ("message", "fact"), default=None)
     occurred = _field(raw, "occurredAt", "occurredAt", rules.timestamp, default=None)
     offset = _field(

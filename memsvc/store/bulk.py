@@ -10,6 +10,7 @@ implements these beside :class:`~.base.Store`.
 from __future__ import annotations
 
 import abc
+import contextlib
 import typing as t
 
 import numpy as np
@@ -54,6 +55,14 @@ class Bulk(abc.ABC):
     @abc.abstractmethod
     def refresh_statistics(self) -> None:
         """After a bulk load: let the database plan queries for the data it now holds."""
+
+    @contextlib.contextmanager
+    def loading(self) -> t.Iterator[None]:
+        """Around a bulk load: what makes many writes cheaper, for this connection, then back.
+
+        What is stored is the same either way.
+        """
+        yield
 
 
 class Reembedding(abc.ABC):

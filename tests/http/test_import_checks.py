@@ -422,6 +422,22 @@ def test_a_line_changed_after_the_check_stops_the_import_there(make_app):
     assert counts(app) == (2, 0)
 
 
+def test_a_batch_is_written_once_its_lines_reach_the_size_bound(make_app, monkeypatch):
+    """Large memories are written in smaller batches: memory use stays bounded."""
+    app = make_app()
+    checked_lines = [header(), *(memory() for _ in range(5))]
+    changed = [*checked_lines[:5], memory(content=" ")]
+    lines = as_lines(*checked_lines)
+    # Two lines' worth: a batch of 5,000 memories is written every two lines.
+    monkeypatch.setattr(transfer, "IMPORT_BATCH_CHARS", len(lines[1]) + len(lines[2]))
+    with app.app_context():
+        limits = transfer.Rules.from_settings(app.config, ["acme"])
+        checked = transfer.check(store(), lines, limits)
+        with pytest.raises(transfer.InvalidImport, match="line 6: content must not be empty"):
+            transfer.import_(store(), embedder(), as_lines(*changed), checked, limits)
+    assert counts(app) == (4, 0)
+
+
 # -- sizes and vectors ------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ control word occurs read back how many such memories exist.
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -117,6 +119,20 @@ def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_space
     # Common words are no terms: they match nearly everything.
     assert terms.query_terms("what is the order") == terms.query_terms("order")
     assert terms.query_terms("what is it") == []
+
+
+def test_ascii_text_is_cut_into_the_words_the_general_rule_finds():
+    """ASCII text takes a quicker pattern: every ASCII character, mixed, splits the same."""
+    rng = random.Random(5)
+    alphabet = [chr(i) for i in range(128)]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        text += rng.choice(["", "a" * 70, " x_y ", "INV-0042"])
+        general = [
+            run[: terms.MAX_TERM_CHARS] for run in terms._WORD.findall(terms.normalise(text))
+        ]
+        assert terms.words(text) == general, text
+    assert terms.words("snake_case a1b2 " + "z" * 70) == ["snake", "case", "a1b2", "z" * 64]
 
 
 def test_the_cached_and_the_store_path_answer_alike(store):
