@@ -203,10 +203,16 @@ def test_explain_says_why_each_result_ranked(
     assert semantic.explain == Explain(
         cosine=semantic.similarity, keyword=None, score=semantic.similarity
     )  # type: ignore[arg-type]
+    # Hybrid's parts add up to its score; it ranked by time (the query names none).
+    assert hybrid.explain.parts is not None
+    assert sum(hybrid.explain.parts.values()) == pytest.approx(hybrid.explain.score)
+    assert hybrid.explain.timed and hybrid.explain.time is None
     assert hybrid.to_dict()["explain"] == {
         "cosine": hybrid.explain.cosine,
         "keyword": hybrid.explain.keyword,
         "score": hybrid.explain.score,
+        "parts": dict(hybrid.explain.parts),
+        "time": None,
     }
     assert [i.get("explain") for i in recorder.inputs("memory.search")] == [None, True, True]
 
