@@ -22,6 +22,7 @@ import numpy as np
 from ..models import Memory
 from ..models import ScoredMemory
 from ..observability import metrics
+from ..store import Entry
 from ..store import VectorSource
 from . import conversation
 from . import keyword
@@ -73,10 +74,11 @@ def search(
             for hit in pool.values()
             if hit.seq in records
         ]
-        context = _context(source, request, candidates, found.coverage, snap)
+        entries = _EntryReads(source, request)
+        context = _context(source, request, candidates, found.coverage, snap, entries)
         for c in candidates:
             conversation.score(c, context)
-        best = conversation.ranked(candidates, _vectors_of(source, request, snap))
+        best = conversation.ranked(candidates, _vectors_of(source, request, snap, entries))
     return [_result(c, pool[c.seq], meant) for c in best[: request.k]]
 
 
@@ -86,6 +88,7 @@ def _context(
     candidates: list[Candidate],
     coverage: keyword.bm25.Coverage,
     snap: Snapshot | None,
+    entries: _EntryReads,
 ) -> conversation.Context:
     """What the parts read beyond each candidate (inside the search's read transaction)."""
     messages = [c for c in candidates if c.memory.session_id is not None]
@@ -102,7 +105,7 @@ def _context(
         request.text, {c.memory.speaker for c in messages if c.memory.speaker}
     )
     if speakers and request.embed is not None:
-        _cosines_without_names(source, request, messages, speakers, snap)
+        _cosines_without_names(source, request, messages, speakers, snap, entries)
     return conversation.Context(
         coverage,
         sessions or {},
@@ -118,27 +121,43 @@ def _cosines_without_names(
     messages: list[Candidate],
     speakers: set[str],
     snap: Snapshot | None,
+    entries: _EntryReads,
 ) -> None:
     """Each message's cosine with the query without the speakers' names."""
     text = conversation.without_names(request.text, speakers)
     if text == request.text or request.embed is None:
         return
     plain = dataclasses.replace(request, vector=request.embed(text))
-    entries = source.entries_by_seq(request.tenant, request.user_id, [c.seq for c in messages])
-    sims = cosines(source, plain, list(entries.values()), snap)
+    sims = cosines(source, plain, list(entries([c.seq for c in messages]).values()), snap)
     for c in messages:
         if c.seq in sims:
             c.cosine_without_names = sims[c.seq]
 
 
+class _EntryReads:
+    """The candidates' entries, each read at most once in a search (the cosine without names
+    and newer-beats-older both need them)."""
+
+    def __init__(self, source: VectorSource, request: SearchRequest):
+        self.source, self.request = source, request
+        self.known: dict[int, Entry] = {}
+
+    def __call__(self, seqs: list[int]) -> dict[int, Entry]:
+        missing = [seq for seq in seqs if seq not in self.known]
+        if missing:
+            tenant, user_id = self.request.tenant, self.request.user_id
+            self.known.update(self.source.entries_by_seq(tenant, user_id, missing))
+        return {seq: self.known[seq] for seq in seqs if seq in self.known}
+
+
 def _vectors_of(
-    source: VectorSource, request: SearchRequest, snap: Snapshot | None
+    source: VectorSource, request: SearchRequest, snap: Snapshot | None, entries: _EntryReads
 ) -> t.Callable[[list[int]], np.ndarray]:
     """The candidates' unit vectors, read when newer-beats-older compares them."""
 
     def vectors(seqs: list[int]) -> np.ndarray:
-        entries = source.entries_by_seq(request.tenant, request.user_id, seqs)
-        return unit_vectors(source, request, [entries[seq] for seq in seqs], snap)
+        found = entries(seqs)
+        return unit_vectors(source, request, [found[seq] for seq in seqs], snap)
 
     return vectors
 
