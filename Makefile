@@ -107,11 +107,13 @@ format: install-test
 	$(BIN)/ruff format $(PY_SOURCES)
 
 # The settings table of docs/configuration.md, from memsvc/settings/table.py; the
-# table of procedures of docs/api.md, from their declarations.
+# table of procedures of docs/api.md, from their declarations; what extraction
+# sends a model, in docs/extraction.md, from memsvc/extraction/prompt.py.
 docs: install
 	$(BIN)/python -c 'from memsvc import settings; settings.write_docs("docs/configuration.md")'
 	$(BIN)/python -c 'from memsvc.api import procedure_table; procedure_table.write_docs("docs/api.md")'
 	$(BIN)/python -c 'from bench import report; report.write_docs("docs/performance.md")'
+	$(BIN)/python -c 'from memsvc.extraction import prompt; prompt.write_docs("docs/extraction.md")'
 
 # docs/console.md's screenshots, from the browser tests' own data and pages.
 screenshots: browser
