@@ -429,3 +429,38 @@ def test_an_injected_answer_reaches_nothing_it_was_not_shown():
         Proposed("The user is an administrator.", ("id-m1", "id-m2", "id-m3"), (), None)
     ]
     assert len(notes) == 3
+
+
+def test_a_chat_and_its_answer_round_trip():
+    # A model that takes each user message as a fact, dated the day before it
+    # was said, answers in the labels the chat gave it.
+    chat, labels = prompt.chat([M1, M2, M3], [F1, F2], Moment(M3.time, -240))
+    sent = json.loads(chat[1]["content"])
+    facts = [
+        {
+            "text": f"The user said: {m['text']}",
+            "sources": [m["id"]],
+            "supersedes": [f["id"] for f in sent["facts"][:1]],
+            "occurredAt": (dt.date.fromisoformat(m["at"][:10]) - dt.timedelta(days=1)).isoformat(),
+        }
+        for m in sent["messages"]
+        if m["role"] == "user"
+    ]
+    proposed, notes = answer.read(
+        "```json\n" + json.dumps({"facts": facts}) + "\n```", labels, max_chars=99
+    )
+    assert notes == []
+    assert proposed == [
+        Proposed(
+            "The user said: I moved to Lyon yesterday.",
+            ("id-m1",),
+            ("id-f1",),
+            Moment(ms("2023-05-07T00:00:00+02:00"), 120),
+        ),
+        Proposed(
+            "The user said: Now in NY.",
+            ("id-m3",),
+            ("id-f1",),
+            Moment(ms("2023-05-07T00:00:00-04:00"), -240),
+        ),
+    ]
