@@ -166,6 +166,38 @@ class Session:
     last_at: int
 
 
+#: What an extraction job may be: waiting, its model call in flight, applied, given up.
+JOB_STATUSES = ("queued", "running", "done", "failed")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """An extraction job: facts to draw from some of a user's messages (``memory.job``)."""
+
+    id: str
+    tenant: str
+    user_id: str
+    session_id: str | None
+    #: One of :data:`JOB_STATUSES`.
+    status: str
+    #: Model calls made for it so far.
+    attempts: int
+    created_at: int  # epoch ms
+    updated_at: int
+    #: The memory ids of the messages it reads.
+    messages: tuple[str, ...]
+    #: Why it failed, or why it waits.
+    error: str | None = None
+    #: Applied: {"added": [id...], "superseded": [id...], "unchanged": n}.
+    facts: dict[str, t.Any] | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: Not run before this time (epoch ms): its backoff, or its tenant's budget.
+    run_after: int = 0
+    #: A re-extraction: the facts drawn from its messages before are replaced.
+    replaces: bool = False
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class EndUser:
     """An end user of a tenant, as ``memory.users`` lists them."""

@@ -14,6 +14,7 @@ import typing as t
 from .embeddings import Embedder
 from .embeddings import make_embedder
 from .embeddings.cache import CachedEmbedder
+from .extracting import Extraction
 from .housekeeping import Maintenance
 from .limits import KeyLimiter
 from .limits import Limits
@@ -52,6 +53,7 @@ class Runtime:
         #: Verifies bearer tokens for the keys router; None if not configured.
         self.tokens: TokenVerifier | None = make_verifier(settings, instance_path)
         self._maintenance: Maintenance | None = None
+        self._extraction: Extraction | None = None
 
     @property
     def limiter(self) -> KeyLimiter:
@@ -80,6 +82,26 @@ class Runtime:
             )
             self._maintenance.start()
 
+    @property
+    def extraction(self) -> Extraction | None:
+        """This process's extraction (None: no language model configured); not started."""
+        if self.settings["LLM_URL"] is None:
+            return None
+        if self._extraction is None:
+            self._extraction = Extraction(self.backend, self.embedder, self.settings)
+        return self._extraction
+
+    def start_extraction(self) -> None:
+        """Start this process's extraction thread (see :mod:`memsvc.extracting`), once."""
+        extraction = self.extraction
+        if extraction is not None and not extraction.is_alive():
+            extraction.start()
+
+    def wake_extraction(self) -> None:
+        """A job was queued: this process's extraction thread looks at once (if it runs)."""
+        if self._extraction is not None:
+            self._extraction.wake()
+
     def store(self) -> FullStore:
         """A store on this thread's connection (until :meth:`release`)."""
         return self.backend.store()
@@ -106,4 +128,6 @@ class Runtime:
         if self._maintenance is not None:
             self._maintenance.stop()
             self._maintenance.join(10)
+        if self._extraction is not None:
+            self._extraction.stop()
         self.backend.close()

@@ -18,7 +18,9 @@ import typing as t
 import weakref
 
 from . import clock
+from .models import JOB_STATUSES
 from .models import DateSpan
+from .models import Job
 from .models import Memory
 from .models import Version
 
@@ -243,8 +245,91 @@ VERSION: Shape[Version] = Shape(
         Field("version", {"type": "integer", "minimum": 1}, operator.attrgetter("version")),
         Field("content", {"type": "string"}, operator.attrgetter("content")),
         Field("metadata", METADATA, operator.attrgetter("metadata")),
-        Field("event", {"type": "string", "enum": ["add", "update"]}, operator.attrgetter("event")),
+        Field(
+            "event",
+            {
+                "type": "string",
+                "enum": ["add", "update", "supersede"],
+                "description": "What made this version: an add, an update, or a newer fact "
+                "replacing this one (supersede: it gained validTo and supersededBy).",
+            },
+            operator.attrgetter("event"),
+        ),
         Field("at", TIMESTAMP, lambda v: _iso(v.at)),
+    ),
+)
+
+
+_FACT_IDS: Json = {"type": "array", "items": UUID}
+JOB: Shape[Job] = Shape(
+    "Job",
+    (
+        Field("id", UUID, operator.attrgetter("id")),
+        Field("userId", {"type": "string"}, operator.attrgetter("user_id")),
+        Field(
+            "sessionId",
+            {"type": "string", "description": "The session of its messages."},
+            operator.attrgetter("session_id"),
+            optional=True,
+        ),
+        Field(
+            "status",
+            {
+                "type": "string",
+                "enum": list(JOB_STATUSES),
+                "description": "queued: waiting to run (see error for why, when it waits); "
+                "running: its model call is in flight; done: its facts are applied; failed: "
+                "given up after its attempts, nothing of it applied (memory.retryJob).",
+            },
+            operator.attrgetter("status"),
+        ),
+        Field(
+            "attempts",
+            {"type": "integer", "minimum": 0, "description": "Model calls made for it."},
+            operator.attrgetter("attempts"),
+        ),
+        Field("createdAt", TIMESTAMP, lambda j: _iso(j.created_at)),
+        Field("updatedAt", TIMESTAMP, lambda j: _iso(j.updated_at)),
+        Field(
+            "error",
+            {"type": "string", "description": "Why it failed, or why it waits."},
+            operator.attrgetter("error"),
+            optional=True,
+        ),
+        Field(
+            "facts",
+            {
+                "type": "object",
+                "properties": {
+                    "added": _FACT_IDS,
+                    "superseded": _FACT_IDS,
+                    "unchanged": {"type": "integer", "minimum": 0},
+                },
+                "required": ["added", "superseded", "unchanged"],
+                "description": "Done: the facts it added, those they superseded, and how many "
+                "of the model's facts the user already had.",
+            },
+            operator.attrgetter("facts"),
+            optional=True,
+        ),
+        Field(
+            "usage",
+            {
+                "type": "object",
+                "properties": {
+                    "promptTokens": {"type": "integer", "minimum": 0},
+                    "completionTokens": {"type": "integer", "minimum": 0},
+                },
+                "required": ["promptTokens", "completionTokens"],
+                "description": "The model tokens its calls took, all attempts together.",
+            },
+            lambda j: (
+                {"promptTokens": j.prompt_tokens, "completionTokens": j.completion_tokens}
+                if j.attempts
+                else None
+            ),
+            optional=True,
+        ),
     ),
 )
 

@@ -22,6 +22,7 @@ from marshmallow import validates_schema
 from .. import rules
 from ..limits import MAX_CONCURRENT
 from ..limits import MAX_PER_MINUTE
+from ..models import JOB_STATUSES
 from ..search import MODES
 from ..search import filters
 from ..search.filters import Filter
@@ -449,6 +450,23 @@ class IngestInput(Input):
             "description": "Also draw facts from the messages with the operator's language "
             "model. Default: the server's setting (MEMSVC_EXTRACT)."
         },
+    )
+
+
+class JobsInput(Input):
+    userId = Text(
+        "MAX_USER_ID_CHARS",
+        load_default=None,
+        metadata={"description": "Only this end user's jobs."},
+    )
+    status = fields.String(
+        load_default=None,
+        validate=validate.OneOf(JOB_STATUSES, error="must be one of queued, running, done, failed"),
+        metadata={"description": "Only jobs of this status."},
+    )
+    limit = WholeNumber(load_default=100, validate=_LIMIT_1000)
+    cursor = Uuid(
+        load_default=None, metadata={"description": "The last job id of the previous page."}
     )
 
 

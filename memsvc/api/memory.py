@@ -11,6 +11,7 @@ from ..models import Moment
 from ..models import Selection
 from ..observability import audit
 from ..services import conversations
+from ..services import jobs
 from ..services import memories
 from ..services import timing
 from . import inputs
@@ -169,11 +170,7 @@ def delete_all(call: Call, params: dict[str, t.Any]) -> t.Any:
 
 @router.mutation("ingest", input=inputs.IngestInput(), output=outputs.INGESTED)
 def ingest(call: Call, params: dict[str, t.Any]) -> t.Any:
-    if params["extract"]:
-        raise BadRequest(
-            "Invalid input: extract: no language model is configured on this server (its "
-            "operator sets MEMSVC_LLM_URL and MEMSVC_LLM_MODEL)"
-        )
+    extract = _extracts(call, params)
     messages = [
         conversations.Message(m["role"], m["content"], m["name"], m["at"], m["id"])
         for m in params["messages"]
@@ -181,7 +178,7 @@ def ingest(call: Call, params: dict[str, t.Any]) -> t.Any:
     middleware.pay_for_embedding_all(
         call, "messages", [m.content for m in messages], call.runtime.embedder
     )
-    return conversations.ingest(
+    ingested = conversations.ingest(
         call.store(),
         call.runtime.embedder,
         call.caller.tenant,
@@ -189,7 +186,58 @@ def ingest(call: Call, params: dict[str, t.Any]) -> t.Any:
         messages,
         session_id=params["sessionId"],
         metadata=params["metadata"],
+        extract=extract,
     )
+    if ingested.job is not None:
+        call.runtime.wake_extraction()
+    return ingested
+
+
+def _extracts(call: Call, params: dict[str, t.Any]) -> bool:
+    """Whether this ingest queues an extraction job: its ``extract``, else the server's setting."""
+    config = call.config
+    extract = params["extract"]
+    if extract is None:
+        return config["EXTRACT"] == "on"
+    if extract and config["LLM_URL"] is None:
+        raise BadRequest(
+            "Invalid input: extract: no language model is configured on this server (its "
+            "operator sets MEMSVC_LLM_URL and MEMSVC_LLM_MODEL)"
+        )
+    if extract:
+        chars = sum(len(m["content"]) for m in params["messages"])
+        if chars > config["EXTRACT_MAX_CHARS"]:
+            raise BadRequest(
+                f"Invalid input: messages: {chars:,} characters are more than one call with "
+                f"extraction may carry ({config['EXTRACT_MAX_CHARS']:,}, "
+                "MEMSVC_EXTRACT_MAX_CHARS); send the conversation in several calls with the "
+                "same sessionId"
+            )
+    return bool(extract)
+
+
+@router.query("job", input=inputs.IdInput(), output=outputs.JOB, errors=[NotFound])
+def job(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return jobs.get(call.store(), call.caller.tenant, params["id"])
+
+
+@router.query("jobs", input=inputs.JobsInput(), output=outputs.JOBS)
+def jobs_(call: Call, params: dict[str, t.Any]) -> t.Any:
+    return jobs.page(
+        call.store(),
+        call.caller.tenant,
+        params["limit"],
+        user_id=params["userId"],
+        status=params["status"],
+        cursor=params["cursor"],
+    )
+
+
+@router.mutation("retryJob", input=inputs.IdInput(), output=outputs.JOB, errors=[NotFound])
+def retry_job(call: Call, params: dict[str, t.Any]) -> t.Any:
+    found = jobs.retry(call.store(), call.caller.tenant, params["id"])
+    call.runtime.wake_extraction()
+    return found
 
 
 @router.query("sessions", input=inputs.SessionsInput(), output=outputs.SESSIONS)

@@ -84,11 +84,28 @@ _SESSION = Shape[Session](
 SESSIONS = Output.list_of(Component.of(_SESSION), _SESSION.json)
 
 
+JOB_COMPONENT = Component.of(wire.JOB)
+JOB = Output.one(JOB_COMPONENT, wire.JOB.json)
+JOBS = Output.list_of(JOB_COMPONENT, wire.JOB.json)
+
+
+def _ingested_json(r: Ingested) -> dict[str, t.Any]:
+    out = {
+        "sessionId": r.session_id,
+        "memories": [wire.MEMORY.json(m) for m in r.memories],
+        "duplicates": r.duplicates,
+    }
+    if r.job is not None:
+        out["job"] = wire.JOB.json(r.job)
+    return out
+
+
 def _ingested_text(result: Ingested) -> str:
+    job = "" if result.job is None else f',"job":{wire.encode(wire.JOB.json(result.job))}'
     return (
         f'{{"sessionId":{wire.encode(result.session_id)},"memories":'
         f"{wire.list_text(map(wire.memory_text, result.memories))},"
-        f'"duplicates":{result.duplicates}}}'
+        f'"duplicates":{result.duplicates}{job}}}'
     )
 
 
@@ -108,19 +125,17 @@ _INGEST_RESULT = Component(
                 "minimum": 0,
                 "description": "How many messages the session already held (by id).",
             },
+            # With extraction: the job queued to draw facts from the new messages.
+            "job": JOB_COMPONENT.ref,
         },
         ["sessionId", "memories", "duplicates"],
     ),
 )
 INGESTED = Output(
     _INGEST_RESULT.ref,
-    (_INGEST_RESULT, MEMORY_COMPONENT),
+    (_INGEST_RESULT, MEMORY_COMPONENT, JOB_COMPONENT),
     _INGEST_RESULT.name,
-    lambda r: {
-        "sessionId": r.session_id,
-        "memories": [wire.MEMORY.json(m) for m in r.memories],
-        "duplicates": r.duplicates,
-    },
+    _ingested_json,
     _ingested_text,
 )
 

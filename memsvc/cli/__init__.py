@@ -6,7 +6,7 @@ and ``reembed`` refuses to run while it is.
 
 A module per group of commands: setting up and serving (``serve``), the
 database as a whole (``data``), evaluating search (``evaluate``), API keys
-(``keys``); what they share is in ``context``.
+(``keys``), extraction jobs (``jobs``); what they share is in ``context``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 from .. import __version__
 from . import data
 from . import evaluate
+from . import jobs
 from . import keys
 from . import serve
 from .context import Context
@@ -33,7 +34,7 @@ for command in (
     serve.init_db, serve.token, serve.run, serve.show_settings,
     data.reembed, data.backup, data.export_command, data.import_command,
     evaluate.eval_command,
-    keys.keys,
+    keys.keys, jobs.jobs,
 ):  # fmt: skip
     cli.add_command(command)
 

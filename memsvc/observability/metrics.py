@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 #: Seconds: from a cached query's search (a few ms) to a slow provider's retries.
+JOB_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 86400)
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100)
 
@@ -171,6 +172,27 @@ class _Metrics:
         self.pool_waiting = gauge(
             "memsvc_postgres_pool_waiting", "Threads waiting for a PostgreSQL connection.",
             "livesum",
+        )  # fmt: skip
+        self.llm_tokens = counter(
+            "memsvc_llm_tokens_total",
+            "Language-model tokens spent by extraction jobs, by tenant and kind "
+            "(prompt, completion).",
+            ["tenant", "kind"],
+        )
+        self.llm_calls = counter(
+            "memsvc_llm_calls_total",
+            "Model calls made by extraction jobs, by outcome (ok, retry, failed, invalid).",
+            ["outcome"],
+        )
+        self.job_seconds = histogram(
+            "memsvc_job_duration_seconds",
+            "From a job's queueing to its end (done or failed).",
+            ["status"],
+            JOB_BUCKETS,
+        )
+        self.jobs = gauge(
+            "memsvc_jobs", "Extraction jobs by status (sampled every maintenance round).",
+            "livemostrecent", ["status"],
         )  # fmt: skip
         # Pre-bound children: a call's update is two lookups in a dict.
         self._procedures = set(procedures)
@@ -342,6 +364,24 @@ def instrument_embedder(embedder: E, provider: str) -> E:
     return embedder
 
 
+def model_call(tenant: str, outcome: str, prompt_tokens: int, completion_tokens: int) -> None:
+    """One extraction model call: its outcome and the tokens it took."""
+    m = _metrics
+    if m is None:
+        return
+    m.llm_calls.labels(outcome).inc()
+    if prompt_tokens:
+        m.llm_tokens.labels(tenant, "prompt").inc(prompt_tokens)
+    if completion_tokens:
+        m.llm_tokens.labels(tenant, "completion").inc(completion_tokens)
+
+
+def job_ended(status: str, seconds: float) -> None:
+    m = _metrics
+    if m is not None:
+        m.job_seconds.labels(status).observe(seconds)
+
+
 def sample(backend: t.Any, search_cache: t.Any) -> None:
     """Every maintenance round: the gauges worth a query or two (cheap, per worker)."""
     m = _metrics
@@ -366,6 +406,10 @@ def sample(backend: t.Any, search_cache: t.Any) -> None:
         m.memories.set(memories)
         m.end_users.set(users)
         m.api_keys.set(keys)
+        with store.read():
+            counted = store.job_counts()
+        for status in ("queued", "running", "done", "failed"):
+            m.jobs.labels(status).set(counted.get(status, 0))
     finally:
         store.reset()
         backend.release()

@@ -19,10 +19,12 @@ from ..embeddings import Embedder
 from ..embeddings.windows import document_vectors
 from ..errors import BadRequest
 from ..errors import NotFound
+from ..models import Job
 from ..models import Memory
 from ..models import Moment
 from ..models import Session
 from ..store import FullStore
+from . import jobs
 from . import timing
 
 
@@ -48,6 +50,8 @@ class Ingested:
     session_id: str
     memories: list[Memory]
     duplicates: int
+    #: The extraction job queued with the new messages (None: no extraction, or none new).
+    job: Job | None = None
 
 
 #: How many times an ingest embeds again when a message it took for a
@@ -64,12 +68,15 @@ def ingest(
     *,
     session_id: str | None = None,
     metadata: dict[str, t.Any] | None = None,
+    extract: bool = False,
 ) -> Ingested:
     """Store ``messages`` in the session (a new one if ``session_id`` is None), all or none.
 
     Embedding happens before the write transaction opens, and only for the
     messages not already stored; inside it the duplicates are looked for
     again, so two calls racing with the same ids store each message once.
+    With ``extract``, a job to draw facts from the new messages is queued
+    in the same transaction (:func:`.jobs.queue`).
     """
     now = clock.now_ms()
     session_id = session_id or str(uuid.uuid4())
@@ -130,7 +137,12 @@ def ingest(
                 if message.id is not None:
                     by_id[message.id] = memory
             store.insert_memories(new, [vectors[i] for i in wanted])
-        return Ingested(session_id, out, len(out) - len(new))
+            job = (
+                jobs.queue(store, tenant, user_id, session_id, new, now)
+                if extract and new
+                else None
+            )
+        return Ingested(session_id, out, len(out) - len(new), job)
     raise BadRequest(
         "Invalid input: messages: they changed while being stored (another call deleted "
         "some of them); send the call again"

@@ -36,6 +36,7 @@ from ..search import SearchRequest
 from ..search import search as search_memories
 from ..search.filters import Filter
 from ..search.filters import MetadataBudget
+from ..store import FullStore
 from ..store import Store
 from ..store import VectorSource
 from . import timing
@@ -339,7 +340,8 @@ def history(
         if max_bytes is not None and store.versions_size(seq) > max_bytes:
             raise _too_large()
         earlier = store.versions(seq)
-    event = "add" if memory.version == 1 else "update"
+        event = t.cast(FullStore, store).events(seq).get(memory.version)
+    event = event or ("add" if memory.version == 1 else "update")
     return [
         *earlier,
         Version(memory.version, memory.content, memory.metadata, event, memory.updated_at),

@@ -158,6 +158,8 @@ def post_worker_init(worker: t.Any) -> None:
         runtime.embedder.warm_up()
         # Threads do not survive gunicorn's fork: each worker starts its own.
         runtime.start_maintenance()
+        # Extraction jobs run in every worker (none without a language model).
+        runtime.start_extraction()
     # The worker's own long-lived objects (the model, its connections) too:
     # a full collection then sweeps only what requests made, not the whole
     # heap (14 ms each time, once the app and the model are loaded).

@@ -152,6 +152,16 @@ def validate(values: t.MutableMapping[str, t.Any]) -> None:
             "MEMSVC_LOCAL_MODEL_PATH replaces the bundled MiniLM model; unset it to use "
             f"MEMSVC_LOCAL_MODEL={values['LOCAL_MODEL']}"
         )
+    if values["LLM_URL"] is not None and values["LLM_MODEL"] is None:
+        raise ConfigError("MEMSVC_LLM_MODEL must be set with MEMSVC_LLM_URL (the model to ask)")
+    if values["EXTRACT"] == "on" and values["LLM_URL"] is None:
+        raise ConfigError("MEMSVC_EXTRACT=on needs MEMSVC_LLM_URL (and MEMSVC_LLM_MODEL)")
+    if (
+        values["LLM_URL"] is not None
+        and not values.get("LLM_API_KEY")
+        and urlsplit(values["LLM_URL"]).hostname == "api.openai.com"
+    ):
+        raise ConfigError("MEMSVC_LLM_API_KEY must be set when MEMSVC_LLM_URL is the OpenAI API")
     if values["EMBEDDER"] == "openai" and not values.get("EMBEDDING_API_KEY"):
         # Local OpenAI-compatible servers often need no key; only the
         # OpenAI API itself is known to require one.

@@ -376,6 +376,43 @@ SETTINGS: tuple[Setting, ...] = (
     _S("CONSOLE_SIGNIN_PER_MINUTE", 10, _int_range(1, 10_000), "a whole number from 1",
        "Console sign-in attempts accepted per client address per minute, across workers.",
        "Console"),
+    # Extraction
+    _S("LLM_URL", None, _optional(_http_url), "an http(s) URL such as https://api.openai.com/v1",
+       "Base URL of an OpenAI-compatible chat endpoint (OpenAI, Azure, Ollama's "
+       "`http://localhost:11434/v1`, vLLM's `http://host:8000/v1`, llama.cpp's server, "
+       "LiteLLM); memsvc POSTs to `{url}/chat/completions` to draw facts from conversations. "
+       "Unset: no extraction.", "Extraction", shown_default="unset"),
+    _S("LLM_MODEL", None, _optional(_text), "a model name",
+       "The model named in each request (`gpt-4o-mini`, `llama3.2`, `Qwen/Qwen2.5-7B-Instruct`); "
+       "required with `MEMSVC_LLM_URL`.", "Extraction", shown_default="unset"),
+    _S("LLM_API_KEY", None, _optional(_text), "a string",
+       "Bearer key for the endpoint (required for api.openai.com; local servers need none).",
+       "Extraction", secret=True),
+    _S("EXTRACT", "off", _one_of("on", "off"), "on or off",
+       "Whether `memory.ingest` draws facts from the messages when the call does not say "
+       "(`extract`). Needs `MEMSVC_LLM_URL`.", "Extraction"),
+    _S("LLM_TIMEOUT_SECONDS", 60, _int_range(1, 3600), "a whole number of seconds from 1",
+       "How long one model call may take before it counts as a failed attempt.", "Extraction"),
+    _S("LLM_CONCURRENCY", 4, _int_range(1, 1000), "a whole number from 1",
+       "Most model calls in flight at once on one box (all its workers together).",
+       "Extraction"),
+    _S("EXTRACT_MAX_ATTEMPTS", 5, _int_range(1, 100), "a whole number from 1",
+       "Model calls one job may make (a timeout, a 429, a 5xx or an unusable answer each "
+       "counts); after the last the job is `failed` and nothing of it applied.", "Extraction"),
+    _S("EXTRACT_BACKOFF_SECONDS", 2.0, _positive_number, "a positive number of seconds",
+       "A job whose model call failed runs again after about this long, then twice as long "
+       "each time (jittered, at most 10 minutes; longer when the endpoint's Retry-After says "
+       "so).", "Extraction"),
+    _S("BOX_NAME", None, _optional(_text), "a name",
+       "What this server's workers are called together when `MEMSVC_LLM_CONCURRENCY` counts "
+       "the model calls in flight on one box.", "Extraction", shown_default="the host name"),
+    _S("LLM_DAILY_TOKENS", 0, non_negative_int, "a whole number (0: no bound)",
+       "Model tokens (prompt and completion) one tenant's jobs may spend per UTC day; past "
+       "it the tenant's jobs wait, `queued`, until the next day.", "Extraction"),
+    _S("EXTRACT_MAX_CHARS", 32_000, _int_range(1000, 10_000_000), "a whole number from 1000",
+       "Most characters of message text one `memory.ingest` call with extraction may carry "
+       "(one job, one model call: it must fit the model's context with the instructions and "
+       "the user's related facts).", "Extraction"),
 )  # fmt: skip
 
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

@@ -38,6 +38,7 @@ from ..models import Selection
 from ..models import Version
 from .bulk import Bulk
 from .bulk import Reembedding
+from .jobs import Jobs
 from .sessions import Conversations
 from .vector_source import VectorSource
 
@@ -288,7 +289,7 @@ class Store(abc.ABC):
     def touch_key(self, key_id: str, now: int) -> None: ...
 
 
-class FullStore(Store, Conversations, VectorSource, Bulk, Reembedding):
+class FullStore(Store, Conversations, Jobs, VectorSource, Bulk, Reembedding):
     """Everything memsvc asks of a store: its memories and keys (:class:`Store`), sessions of
     messages (:class:`~.sessions.Conversations`), what search reads
     (:class:`~.vector_source.VectorSource`), export and import (:class:`~.bulk.Bulk`),

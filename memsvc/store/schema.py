@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing as t
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 class StoreMismatch(Exception):

@@ -122,10 +122,13 @@ def test_an_unknown_environment_variable_is_named_with_the_closest_setting(
         ("MEMSVC_DATABASE_URL", ["MEMSVC_DATABASE"]),
         ("MEMSVC_PORT", ["MEMSVC_METRICS_BIND", "MEMSVC_BIND"]),
         ("MEMSVC_OPENAI_API_KEY", ["MEMSVC_EMBEDDING_API_KEY"]),
-        ("MEMSVC_API_KEY", ["MEMSVC_API_KEY_WORD", "MEMSVC_EMBEDDING_API_KEY"]),
+        (
+            "MEMSVC_API_KEY",
+            ["MEMSVC_LLM_API_KEY", "MEMSVC_API_KEY_WORD", "MEMSVC_EMBEDDING_API_KEY"],
+        ),
         (
             "MEMSVC_TIMEOUT",
-            ["MEMSVC_REQUEST_TIMEOUT", "MEMSVC_EMBEDDING_TIMEOUT", "MEMSVC_SQLITE_BUSY_TIMEOUT_MS"],
+            ["MEMSVC_REQUEST_TIMEOUT", "MEMSVC_EMBEDDING_TIMEOUT", "MEMSVC_LLM_TIMEOUT_SECONDS"],
         ),
         ("MEMSVC_NOT_A_THING", []),
         ("MEMSVC_SOAK_SECONDS", []),
@@ -143,7 +146,7 @@ def test_an_ambiguous_name_is_offered_every_setting_it_may_mean():
     [timeout] = settings.unknown_names({"MEMSVC_TIMEOUT": "5"})
     assert timeout.endswith(
         "did you mean MEMSVC_REQUEST_TIMEOUT, MEMSVC_EMBEDDING_TIMEOUT or "
-        "MEMSVC_SQLITE_BUSY_TIMEOUT_MS?"
+        "MEMSVC_LLM_TIMEOUT_SECONDS?"
     )
 
 

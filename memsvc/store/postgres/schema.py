@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from ..conversations import CONVERSATION_INDEXES
 from ..conversations import CONVERSATIONS
+from ..job_sql import JOB_INDEXES
+from ..job_sql import JOB_TABLES
+from ..job_sql import JOBS
 from ..sql import Step
 from ..sql import build_postings
 from .limits import OBJECTS as LIMITS_OBJECTS
@@ -163,6 +166,8 @@ MIGRATIONS: dict[int, list[Step]] = {
         "ALTER TABLE api_keys ADD COLUMN concurrency_ceiling integer",
         "UPDATE api_keys SET rate_ceiling = rate_limit, concurrency_ceiling = concurrency_limit",
     ],
+    # Extraction: its jobs, the tokens they spend, and versions that no add or update made.
+    9: [*JOBS],
 }
 
 
@@ -183,7 +188,7 @@ OBJECTS = frozenset(
     [("extension", "vector"), ("sequence", "memsvc_erasures")]
     + [("table", name) for name in (
         "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
-        "memory_terms", "memory_vectors", "memory_sessions",
+        "memory_terms", "memory_vectors", "memory_sessions", *JOB_TABLES,
     )]
     + [("sequence", name) for name in (
         "api_keys_seq_seq", "memories_seq_seq", "memory_users_user_key_seq",
@@ -194,7 +199,9 @@ OBJECTS = frozenset(
         "memories_by_user", "memories_by_user_vid", "memories_by_dedupe_key",
         "memories_expiring", "memory_vectors_pkey", "memory_history_pkey",
         "memory_users_pkey", "memory_users_key", "memory_terms_pkey", "memory_sessions_pkey",
-        *CONVERSATION_INDEXES,
+        "memory_jobs_pkey", "memory_usage_pkey", "memory_events_pkey",
+        *CONVERSATION_INDEXES, *JOB_INDEXES,
     )]
     + [("constraint", "memory_history_memory_seq_fkey")]
+    + [("constraint", "memory_events_memory_seq_fkey")]
 ) | LIMITS_OBJECTS  # fmt: skip

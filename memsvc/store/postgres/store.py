@@ -60,6 +60,9 @@ class PgStore(SqlStore):
     _OBJECTS = schema.OBJECTS
     # Two processes starting at once: one creates, the other finds.
     _MIGRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('memsvc-migrate', 0))"
+    # Claims of extraction jobs take turns (each is a few rows): a box's count stays true.
+    _CLAIM_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('memsvc-job-claims', 0))"
+    _FOR_UPDATE = " FOR UPDATE"
     _BEGIN_WRITE = "BEGIN"
     _BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
     _GREATEST = "greatest"

@@ -15,6 +15,7 @@ writers of one user take turns, sets of values in a query (``IN`` or
 from __future__ import annotations
 
 from ..conversations import ConversationSql
+from ..job_sql import JobSql
 from .bulk_sql import SqlBulk
 from .bulk_sql import build_postings
 from .frame import VISIBLE
@@ -31,5 +32,5 @@ __all__ = [
 ]  # fmt: skip
 
 
-class SqlStore(ConversationSql, SqlMemories, SqlSearchReads, SqlKeys, SqlBulk):
+class SqlStore(ConversationSql, JobSql, SqlMemories, SqlSearchReads, SqlKeys, SqlBulk):
     """The contract, kept with the SQL both stores share; subclasses fill in the rest."""

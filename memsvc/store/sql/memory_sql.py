@@ -50,6 +50,20 @@ class SqlMemories(SqlFrame):
     def _sessions_erased(self, tenant: str, user_id: str) -> None:
         """Every session of an erased user goes."""
 
+    # -- what follows memories in the job half (:class:`~..job_sql.JobSql`) ----------------
+
+    @abc.abstractmethod
+    def _jobs_erased(self, tenant: str, user_id: str) -> None:
+        """Every extraction job of an erased user goes."""
+
+    @abc.abstractmethod
+    def _source_gone(self, tenant: str, user_id: str, memory_id: str) -> None:
+        """A message went: no fact names it among its sources any more."""
+
+    @abc.abstractmethod
+    def events(self, seq: int) -> dict[int, str]:
+        """How a memory's versions came about, where not by an add or an update."""
+
     # -- memories: writes -----------------------------------------------------------
 
     def _insert_records(
@@ -172,15 +186,17 @@ class SqlMemories(SqlFrame):
         self._lock_owner(tenant, memory_id)
         row = self._one(
             "DELETE FROM memories WHERE id = ? AND tenant = ? "
-            "RETURNING seq, user_id, first_vid, windows, content, session_id",
+            "RETURNING seq, user_id, first_vid, windows, content, session_id, kind",
             (memory_id, tenant),
         )
         if row is None:
             return False
-        seq, user_id, first_vid, windows, content, session_id = row
+        seq, user_id, first_vid, windows, content, session_id, kind = row
         self._delete_vectors(tenant, user_id, first_vid, windows)
         if session_id is not None:
             self._session_shrank(tenant, user_id, session_id)
+        if kind == "message":
+            self._source_gone(tenant, user_id, memory_id)
         user_key = self._user_key(tenant, user_id)
         self._unindex(user_key, seq, content)
         self._execute(
@@ -199,6 +215,7 @@ class SqlMemories(SqlFrame):
 
     def delete_user(self, tenant: str, user_id: str) -> int:
         self._lock_user(tenant, user_id)
+        self._jobs_erased(tenant, user_id)
         rows = self._rows(
             "DELETE FROM memories WHERE tenant = ? AND user_id = ? RETURNING windows",
             (tenant, user_id),
@@ -346,8 +363,9 @@ class SqlMemories(SqlFrame):
             "ORDER BY version",
             (seq,),
         )
+        events = self.events(seq)
         return [
-            Version(v, content, json.loads(meta), "add" if v == 1 else "update", at)
+            Version(v, content, json.loads(meta), events.get(v, "add" if v == 1 else "update"), at)
             for v, content, meta, at in rows
         ]
 

@@ -15,6 +15,9 @@ import typing as t
 from ...models import dedupe_key
 from ..conversations import CONVERSATION_INDEXES
 from ..conversations import CONVERSATIONS
+from ..job_sql import JOB_INDEXES
+from ..job_sql import JOB_TABLES
+from ..job_sql import JOBS
 from ..sql import Step
 from ..sql import build_postings
 from . import vec0
@@ -199,6 +202,8 @@ MIGRATIONS: dict[int, list[Step]] = {
         "ALTER TABLE api_keys ADD COLUMN concurrency_ceiling INTEGER",
         "UPDATE api_keys SET rate_ceiling = rate_limit, concurrency_ceiling = concurrency_limit",
     ],
+    # Extraction: its jobs, the tokens they spend, and versions that no add or update made.
+    9: [*JOBS],
 }
 
 
@@ -207,11 +212,11 @@ MIGRATIONS: dict[int, list[Step]] = {
 OBJECTS = frozenset(
     [("table", name) for name in (
         "memsvc_meta", "api_keys", "memories", "memory_history", "memory_users",
-        "memory_terms", "memory_vectors", "memory_sessions", *vec0.SHADOW_TABLES,
+        "memory_terms", "memory_vectors", "memory_sessions", *JOB_TABLES, *vec0.SHADOW_TABLES,
     )]
     + [("index", name) for name in (
         "api_keys_by_tenant", "memories_by_user", "memories_by_user_vid",
         "memories_by_dedupe_key", "memories_expiring", "memory_vectors_chunks_by_partition",
-        *CONVERSATION_INDEXES,
+        *CONVERSATION_INDEXES, *JOB_INDEXES,
     )]
 )  # fmt: skip
