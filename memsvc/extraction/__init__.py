@@ -1,0 +1,1 @@
+"""Facts drawn from conversations by a chat model: the prompt, the call, the answer."""
