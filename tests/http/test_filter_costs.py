@@ -239,7 +239,10 @@ def test_a_filter_costs_its_conditions_per_memory_not_the_metadata(configured, m
     client, auth = configured(MAX_FILTER_SCAN_BYTES=sum(sizes) - 1)
     add_deep(client, auth, "deep", 25)
     refused = query(client, "memory.getAll", flt, headers=auth)
-    assert "MEMSVC_MAX_FILTER_SCAN_BYTES" in assert_error(refused, 400, "BAD_REQUEST", "memory.getAll")["message"]
+    assert (
+        "MEMSVC_MAX_FILTER_SCAN_BYTES"
+        in assert_error(refused, 400, "BAD_REQUEST", "memory.getAll")["message"]
+    )
 
 
 @pytest.mark.parametrize("cache_mb", [64, 0], ids=["cached", "store"])
