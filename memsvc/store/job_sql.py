@@ -203,7 +203,7 @@ class JobSql:
             job = _job_of(row)
             if daily_tokens is not None:
                 if job.tenant not in spent:
-                    spent[job.tenant] = JobSql.tokens_on(self, job.tenant, today)  # type: ignore[arg-type]
+                    spent[job.tenant] = JobSql.tokens_on(self, job.tenant, today)
                 if spent[job.tenant] >= daily_tokens:
                     self._execute(
                         "UPDATE memory_jobs SET status = 'queued', run_after = ?, error = ?, "
@@ -305,7 +305,7 @@ class JobSql:
             "updated_at = ?, run_after = ? WHERE id = ? AND tenant = ? AND status = 'failed'",
             (now, now, job_id, tenant),
         )
-        return JobSql.get_job(self, tenant, job_id)  # type: ignore[arg-type]
+        return JobSql.get_job(self, tenant, job_id)
 
     def tokens_on(self: _Sql, tenant: str, day: int) -> int:
         row = self._one(
