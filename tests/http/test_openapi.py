@@ -23,12 +23,14 @@ from memsvc.api import inputs
 from memsvc.api import middleware
 from memsvc.api import openapi
 from memsvc.api import outputs
+from memsvc.api.context import runtime
 from memsvc.api.procedures import MUTATION
 from memsvc.api.procedures import QUERY
 from memsvc.api.procedures import Procedure
 from memsvc.errors import Forbidden
 from memsvc.search import filters
 from memsvc.tokens import LocalVerifier
+from tests.support import fake_llm
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
 from tests.support.helpers import mutate
@@ -43,8 +45,14 @@ MISSING_ID = "00000000-0000-4000-8000-000000000000"
 
 
 @pytest.fixture
-def app(make_app):
-    return make_app(JWT_SECRET=SECRET)
+def llm():
+    with fake_llm.FakeModel() as model:
+        yield model
+
+
+@pytest.fixture
+def app(make_app, llm):
+    return make_app(JWT_SECRET=SECRET, LLM_URL=llm.url, LLM_MODEL="m")
 
 
 @pytest.fixture
@@ -363,6 +371,17 @@ def test_every_procedure_answers_what_the_document_says(app, client, doc):
         {"id": ingested["memories"][0]["id"], "occurredAt": "2026-03-10T19:00:00+01:00"},  # type: ignore[index]
         key,
     )
+    talk = [{"role": "user", "content": "I live in Berlin"}]
+    extracted = call("memory.ingest", {"userId": "u", "messages": talk, "extract": True}, key)
+    job_id = extracted["job"]["id"]  # type: ignore[index]
+    call("memory.job", {"id": job_id}, key)
+    with app.app_context():
+        runtime().extraction.run_due()
+    call("memory.job", {"id": job_id}, key)
+    call("memory.jobs", {"userId": "u", "status": "done", "limit": 5}, key)
+    call("memory.jobs", {"cursor": job_id}, key)
+    call("memory.retryJob", {"id": job_id}, key)
+    [fact] = call("memory.getAll", {"userId": "u", "kinds": ["fact"]}, key)  # type: ignore[misc]
     call("memory.delete", {"id": m["id"]}, key)
     call("memory.deleteAll", {"userId": "u"}, key)
     call("keys.list", None, token)
