@@ -33,8 +33,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds between looks for due jobs when nothing woke the thread.
 POLL_SECONDS = 1.0
-#: A claim's lease outlives the model call's timeout by this much (ms).
-LEASE_MARGIN_MS = 30_000
 
 
 class Extraction(threading.Thread):
@@ -62,7 +60,11 @@ class Extraction(threading.Thread):
             max_chars=settings["MAX_CONTENT_CHARS"],
             backoff_seconds=settings["EXTRACT_BACKOFF_SECONDS"],
         )
-        self.lease_ms = settings["LLM_TIMEOUT_SECONDS"] * 1000 + LEASE_MARGIN_MS
+        # A claim's lease outlives the model call's timeout by the margin: a dead
+        # worker's jobs wait that long, a live worker's call never outlasts its lease.
+        self.lease_ms = (
+            settings["LLM_TIMEOUT_SECONDS"] + settings["LLM_LEASE_MARGIN_SECONDS"]
+        ) * 1000
         self.daily_tokens: int | None = settings["LLM_DAILY_TOKENS"] or None
         self.box = settings["BOX_NAME"] or socket.gethostname()
         self.stopping = threading.Event()

@@ -393,6 +393,9 @@ SETTINGS: tuple[Setting, ...] = (
        "(`extract`). Needs `MEMSVC_LLM_URL`.", "Extraction"),
     _S("LLM_TIMEOUT_SECONDS", 60, _int_range(1, 3600), "a whole number of seconds from 1",
        "How long one model call may take before it counts as a failed attempt.", "Extraction"),
+    _S("LLM_LEASE_MARGIN_SECONDS", 30, _int_range(1, 3600), "a whole number of seconds from 1",
+       "A worker's claim on a job lasts `MEMSVC_LLM_TIMEOUT_SECONDS` plus this long: a job "
+       "whose worker died is run again by another once its claim runs out.", "Extraction"),
     _S("LLM_CONCURRENCY", 4, _int_range(1, 1000), "a whole number from 1",
        "Most model calls in flight at once on one box (all its workers together).",
        "Extraction"),
