@@ -20,9 +20,6 @@ import json
 import os
 import pathlib
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 import typing as t
@@ -35,10 +32,7 @@ import urllib3
 from memsvc.store import connect
 from tests.support import figures
 from tests.support.fake_provider import FakeProvider
-from tests.support.servers import REPO
-from tests.support.servers import free_port
-from tests.support.servers import server_env
-from tests.support.servers import serving
+from tests.support.servers import KillableServer
 
 pytestmark = pytest.mark.e2e
 
@@ -47,85 +41,6 @@ SOAK_CYCLES = int(os.environ.get("MEMSVC_SOAK_CYCLES", "3"))
 SOAK_SEED = int(os.environ.get("MEMSVC_SOAK_SEED", str(random.SystemRandom().randrange(10**6))))
 CLIENTS = 8
 REQUEST_TIMEOUT = 20.0
-
-
-class KillableServer:
-    """gunicorn in a session of its own, so one signal reaches the master and every worker."""
-
-    def __init__(self, tmp: pathlib.Path, **settings: str):
-        self.tmp = tmp
-        self.db = tmp / "memsvc.sqlite3"
-        self.settings = settings
-        self.proc: subprocess.Popen | None = None
-        self.url: str | None = None
-        self.logs: list[pathlib.Path] = []
-
-    def env(self, port: int) -> dict[str, str]:
-        return server_env(self.db, port, **self.settings)
-
-    def cli(self, *args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-m", "memsvc.cli", *args],
-            env=self.env(free_port()),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-        return result.stdout.strip()
-
-    def start(self, deadline: float = 90) -> str:
-        port = free_port()
-        log = self.tmp / f"gunicorn-{len(self.logs)}-{port}.log"
-        self.logs.append(log)
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gunicorn", "wsgi:app"],
-                cwd=REPO,
-                env=self.env(port),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        url = f"http://127.0.0.1:{port}"
-        if not serving(self.proc, url + "/health", deadline, self.output):
-            self.kill()
-            pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{self.output()}")
-        self.url = url
-        return url
-
-    def kill(self) -> None:
-        """SIGKILL to the whole process group: no worker gets to finish anything."""
-        assert self.proc is not None
-        self.url = None
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(30)
-        # Workers are reaped by init, not by us: wait until none is left.
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                os.killpg(self.proc.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        pytest.fail("gunicorn workers outlived SIGKILL of their process group")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.url = None
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def output(self) -> str:
-        return "\n".join(log.read_text(errors="replace")[-4000:] for log in self.logs[-2:])
 
 
 @dataclasses.dataclass

@@ -10,6 +10,8 @@ As a process (for gunicorn tests and benches); the first line on stdout is its U
 
     python -m tests.support.fake_llm --port 0 --delay-ms 500 --flavour vllm --brain echo
 
+``GET /stats`` (beside ``/v1``) answers ``{"requests", "in_flight", "max_in_flight"}``.
+
 It answers ``POST /v1/chat/completions`` in the recorded shape of the
 flavour's server (``openai``, ``ollama``, ``vllm``; see the fixtures below,
 each with its source), and its errors in that server's error shape. A
@@ -382,6 +384,15 @@ class FakeModel:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def stats(self) -> dict[str, int]:
+        """What ``GET /stats`` answers: requests received, in flight now, and most at once."""
+        with self._lock:
+            return {
+                "requests": len(self.requests),
+                "in_flight": self._in_flight,
+                "max_in_flight": self.max_in_flight,
+            }
+
     def _next(self) -> Behaviour | None:
         with self._lock:
             return self._script.popleft() if self._script else None
@@ -409,6 +420,13 @@ class FakeModel:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 with fake._lock:
                     fake.connections += 1
+
+            def do_GET(self) -> None:
+                # What a test in another process reads of a fake run as its own process.
+                if self.path.rstrip("/") != "/stats":
+                    self.send_json(404, error_body(fake.flavour, 404, f"no route {self.path}"))
+                    return
+                self.send_json(200, fake.stats())
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import pathlib
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -128,3 +129,92 @@ def serving(proc: subprocess.Popen, url: str, deadline: float, output: t.Callabl
             pass  # not listening yet, or too busy starting to answer within 2 s
         time.sleep(0.1)
     return False
+
+
+class KillableServer:
+    """gunicorn in a session of its own, so one signal reaches the master and every worker."""
+
+    def __init__(self, tmp: pathlib.Path, **settings: str):
+        self.tmp = tmp
+        self.db = tmp / "memsvc.sqlite3"
+        self.settings = settings
+        self.proc: subprocess.Popen | None = None
+        self.url: str | None = None
+        self.logs: list[pathlib.Path] = []
+
+    def env(self, port: int) -> dict[str, str]:
+        return server_env(self.db, port, **self.settings)
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "memsvc.cli", *args],
+            env=self.env(free_port()),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return result.stdout.strip()
+
+    def start(self, deadline: float = 90) -> str:
+        port = free_port()
+        log = self.tmp / f"gunicorn-{len(self.logs)}-{port}.log"
+        self.logs.append(log)
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gunicorn", "wsgi:app"],
+                cwd=REPO,
+                env=self.env(port),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        url = f"http://127.0.0.1:{port}"
+        if not serving(self.proc, url + "/health", deadline, self.output):
+            self.kill()
+            pytest.fail(f"gunicorn did not answer /health within {deadline}s:\n{self.output()}")
+        self.url = url
+        return url
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group: no worker gets to finish anything."""
+        assert self.proc is not None
+        self.url = None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
+        # Workers are reaped by init, not by us: wait until none is left.
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                os.killpg(self.proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        pytest.fail("gunicorn workers outlived SIGKILL of their process group")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.url = None
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def output(self) -> str:
+        return "\n".join(log.read_text(errors="replace")[-4000:] for log in self.logs[-2:])
+
+    def workers(self) -> list[int]:
+        """The pids of the master's workers now."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        try:
+            children = pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text()
+        except FileNotFoundError:
+            return []
+        return [int(c) for c in children.split()]
