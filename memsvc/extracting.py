@@ -114,6 +114,7 @@ class Extraction(threading.Thread):
                     max_running=self.concurrency,
                     limit=room,
                     daily_tokens=self.daily_tokens,
+                    max_attempts=self.policy.max_attempts,
                 )
         finally:
             store.reset()

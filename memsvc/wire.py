@@ -285,7 +285,12 @@ JOB: Shape[Job] = Shape(
         ),
         Field(
             "attempts",
-            {"type": "integer", "minimum": 0, "description": "Model calls made for it."},
+            {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Times it was run (each model call; a run whose worker "
+                "stopped mid-call counts too).",
+            },
             operator.attrgetter("attempts"),
         ),
         Field("createdAt", TIMESTAMP, lambda j: _iso(j.created_at)),

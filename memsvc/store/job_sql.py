@@ -177,6 +177,7 @@ class JobSql:
         max_running: int,
         limit: int,
         daily_tokens: int | None,
+        max_attempts: int | None = None,
     ) -> list[Job]:
         if self._CLAIM_LOCK is not None:
             self._execute(self._CLAIM_LOCK)
@@ -201,6 +202,25 @@ class JobSql:
         today = day_of(now)
         for row in rows:
             job = _job_of(row)
+            if (
+                job.status == "running"
+                and max_attempts is not None
+                and job.attempts >= max_attempts
+            ):
+                # Its worker stopped during each of its attempts: give up on it.
+                self._execute(
+                    "UPDATE memory_jobs SET status = 'failed', updated_at = ?, error = ?, "
+                    "box = NULL, lease_owner = NULL, lease_until = NULL WHERE id = ? "
+                    "AND status = 'running' AND lease_until <= ?",
+                    (
+                        now,
+                        f"the worker running it stopped before it ended, {job.attempts} times "
+                        "(MEMSVC_EXTRACT_MAX_ATTEMPTS); see the workers' logs",
+                        job.id,
+                        now,
+                    ),
+                )
+                continue
             if daily_tokens is not None:
                 if job.tenant not in spent:
                     spent[job.tenant] = JobSql.tokens_on(self, job.tenant, today)

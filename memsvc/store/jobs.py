@@ -54,13 +54,16 @@ class Jobs(abc.ABC):
         max_running: int,
         limit: int,
         daily_tokens: int | None,
+        max_attempts: int | None = None,
     ) -> list[Job]:
         """Due jobs made ``running`` under ``owner``'s lease, attempts counted (inside write()).
 
         At most ``limit``, and never more than ``max_running`` running on
         ``box`` at once. A job whose lease ran out (its worker died) is due
         again. A job of a tenant past ``daily_tokens`` today waits until the
-        next UTC day, its ``error`` saying why.
+        next UTC day, its ``error`` saying why. A job whose lease ran out after
+        its ``max_attempts``-th claim (its worker died that often on it) fails
+        instead of being claimed again.
         """
 
     @abc.abstractmethod

@@ -17,7 +17,9 @@ import typing as t
 
 import pytest
 
+from memsvc import clock
 from memsvc.api.context import runtime
+from memsvc.services import extraction as extraction_service
 from tests.support import fake_llm
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
@@ -362,3 +364,49 @@ def test_too_much_text_for_one_job_is_refused_before_anything_is_stored(service)
     )
     assert "MEMSVC_EXTRACT_MAX_CHARS" in error["message"]
     assert data(query(client, "memory.getAll", {"userId": "u"}, headers=auth)) == []
+
+
+def _dead_claims(client, job_id: str, times: int) -> list[t.Any]:
+    """Claims of a job by workers that die at once (their leases end as they start)."""
+    claimed = []
+    with client.application.app_context():
+        store = runtime().store()
+        for i in range(times):
+            with store.write():
+                got = store.claim_jobs(
+                    clock.now_ms(), box="b", owner=f"dead-{i}", lease_ms=0, max_running=10,
+                    limit=10, daily_tokens=None, max_attempts=100,
+                )  # fmt: skip
+            assert [j.id for j in got] == [job_id]
+            claimed += got
+    return claimed
+
+
+def test_a_job_whose_worker_keeps_dying_fails_after_its_attempts(configured, llm):
+    client, auth = configured(LLM_URL=llm.url, LLM_MODEL="m", EXTRACT_MAX_ATTEMPTS=2)
+    out = ingest(client, auth, "u", "I live in Berlin")
+    _dead_claims(client, out["job"]["id"], 2)
+    with client.application.app_context():
+        assert runtime().extraction.run_due() == 0
+    failed = job(client, auth, out["job"]["id"])
+    assert failed["status"] == "failed" and failed["attempts"] == 2
+    assert "stopped" in failed["error"]
+    assert llm.requests == []  # no model call was ever made for it here
+
+
+def test_a_late_answer_after_the_lease_went_elsewhere_changes_nothing(service):
+    client, auth, run_jobs = service
+    out = ingest(client, auth, "u", "I live in Berlin")
+    [stale] = _dead_claims(client, out["job"]["id"], 1)
+    assert run_jobs() == 1  # claimed again, run and applied
+    with client.application.app_context():
+        rt = runtime()
+        extraction = rt.extraction
+        outcome = extraction_service.run(
+            rt.store(), rt.embedder, extraction.model, extraction.policy, stale, "dead-0"
+        )
+    assert outcome == "lost"
+    assert len(facts(client, auth, "u")) == 1
+    assert job(client, auth, out["job"]["id"])["facts"]["added"] == [
+        facts(client, auth, "u")[0]["id"]
+    ]
