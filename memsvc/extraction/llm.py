@@ -157,7 +157,7 @@ class ChatModel:
                 "json_schema": {"name": name, "strict": True, "schema": schema},
             }
             status, data, headers = self._post({**body, "response_format": structured})
-            if status != 400:
+            if not _refuses_schema(status, data):
                 return _reply(status, data, headers, prompt_chars, self._api_key)
             log.info(
                 "model endpoint refused a json_schema answer (%s); asking for json_object",
@@ -261,6 +261,15 @@ def _reply(
     if usage is None:
         usage = Usage(_tokens(prompt_chars), _tokens(len(content)), estimated=True)
     return Reply(content, usage)
+
+
+def _refuses_schema(status: int, data: bytes) -> bool:
+    """Whether an answer to a json_schema request refuses it: any 400, or a 5xx naming it
+    (llama.cpp builds before json_schema support answered 500 "response_format type must
+    be one of text or json_object")."""
+    if status == 400:
+        return True
+    return status >= 500 and b"json_schema" in data[:4096]
 
 
 def _usage(body: t.Any) -> Usage | None:

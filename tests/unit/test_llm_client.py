@@ -569,3 +569,23 @@ def test_the_fake_runs_as_a_process():
         process.terminate()
         assert process.wait(10) == 0
         process.stdout.close()  # type: ignore[union-attr]
+
+
+def test_a_server_error_naming_json_schema_is_a_refusal_too():
+    """Older llama.cpp builds answered 500 to json_schema (ik_llama.cpp #778): json_object next."""
+    body = {
+        "error": {
+            "code": 500,
+            "message": 'response_format type must be one of "text" or "json_object", but got: '
+            "json_schema",
+            "type": "server_error",
+        }
+    }
+    with FakeModel() as fake:
+        fake.script(status(500, body=body), answer('{"facts": []}'))
+        model = ChatModel(fake.url, "m")
+        reply = model.complete([{"role": "user", "content": "JSON please"}], {"type": "object"})
+        assert model.json_object_only
+        formats = [b["response_format"]["type"] for _, b in fake.requests]
+        assert formats == ["json_schema", "json_object"]
+        assert json.loads(reply.content)["facts"] == []
