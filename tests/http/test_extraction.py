@@ -410,3 +410,36 @@ def test_a_late_answer_after_the_lease_went_elsewhere_changes_nothing(service):
     assert job(client, auth, out["job"]["id"])["facts"]["added"] == [
         facts(client, auth, "u")[0]["id"]
     ]
+
+
+def test_the_operator_lists_retries_reextracts_and_runs_jobs(
+    configured, llm, memsvc_cli, cli_context
+):
+    """``memsvc jobs``: list, retry --failed, run, and reextract replacing earlier facts."""
+    settings = {"LLM_URL": llm.url, "LLM_MODEL": "m", "EXTRACT_MAX_ATTEMPTS": 1}
+    client, auth = configured(**settings)
+    cli_context.overrides = {**cli_context.overrides, **settings}
+    llm.script(fake_llm.status(500))
+    out = ingest(client, auth, "u", "I live in Berlin")
+    ran = memsvc_cli("jobs", "run")
+    assert ran.exit_code == 0, ran.output
+    listed = memsvc_cli("jobs", "list", "tenant-A", "--status", "failed")
+    assert listed.exit_code == 0 and out["job"]["id"] in listed.output and "500" in listed.output
+
+    retried = memsvc_cli("jobs", "retry", "tenant-A", "--failed")
+    assert retried.exit_code == 0 and f"{out['job']['id']}  queued" in retried.output
+    assert memsvc_cli("jobs", "run").exit_code == 0
+    [old] = facts(client, auth, "u")
+    assert job(client, auth, out["job"]["id"])["status"] == "done"
+
+    # After a prompt or model change: drawn again, the old fact superseded, its history kept.
+    again = memsvc_cli("jobs", "reextract", "tenant-A", "--user", "u")
+    assert again.exit_code == 0 and "Queued 1 job" in again.output
+    fact = {"text": "The user lives in Berlin", "sources": ["m1"], "supersedes": []}
+    llm.script(fake_llm.answer(json.dumps({"facts": [{**fact, "occurredAt": None}]})))
+    assert memsvc_cli("jobs", "run").exit_code == 0
+    [new] = facts(client, auth, "u")
+    assert new["content"] == "The user lives in Berlin"
+    every = {f["id"]: f for f in facts(client, auth, "u", includeSuperseded=True)}
+    assert every[old["id"]]["supersededBy"] == new["id"]
+    assert memsvc_cli("jobs", "list", "nobody").output.strip() == "No jobs."
