@@ -87,6 +87,29 @@ def retry(store: FullStore, tenant: str, job_id: str) -> Job:
     return job
 
 
+def lineage(
+    store: FullStore,
+    tenant: str,
+    user_id: str,
+    fact_id: str,
+    sources: t.Sequence[str],
+    superseded_by: str | None,
+    most: int,
+) -> tuple[list[Memory], Memory | None, list[Memory]]:
+    """Where one of a user's facts came from and what it took the place of: at most ``most``
+    of its source messages (in its order), the fact that replaced it, and at most ``most``
+    facts it replaced; each read for this tenant's user only, the expired left out."""
+    now = clock.now_ms()
+    with store.read():
+        found = store.user_memories(tenant, user_id, list(sources[:most]), now)
+        by = None
+        if superseded_by is not None:
+            newer = store.user_memories(tenant, user_id, [superseded_by], now)
+            by = newer[0][1] if newer else None
+        replaced = store.facts_replaced_by(tenant, user_id, fact_id, most, now)
+    return [m for _, m in found], by, replaced
+
+
 def reextract(store: FullStore, tenant: str, user_id: str | None = None) -> list[Job]:
     """A job per session of the tenant's (or one user's) messages, replacing the facts drawn
     from them before (those are superseded by the new ones, their history kept)."""

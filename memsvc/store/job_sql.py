@@ -360,6 +360,16 @@ class JobSql:
         )
         return [(int(row[0]), memory_of(row[1:])) for row in rows]
 
+    def facts_replaced_by(
+        self: _Sql, tenant: str, user_id: str, fact_id: str, limit: int, now: int
+    ) -> list[Memory]:
+        rows = self._rows(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE tenant = ? AND user_id = ? "
+            f"AND kind = 'fact' AND superseded_by = ? AND {_VISIBLE} ORDER BY seq LIMIT ?",
+            (tenant, user_id, fact_id, now, limit),
+        )
+        return [memory_of(row) for row in rows]
+
     def record_event(self: _Sql, seq: int, version: int, event: str) -> None:
         self._execute(
             "INSERT INTO memory_events (memory_seq, version, event) VALUES (?, ?, ?)",

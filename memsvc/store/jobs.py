@@ -114,6 +114,12 @@ class Jobs(abc.ABC):
         """The user's visible facts that nothing has superseded, with their seqs."""
 
     @abc.abstractmethod
+    def facts_replaced_by(
+        self, tenant: str, user_id: str, fact_id: str, limit: int, now: int
+    ) -> list[Memory]:
+        """At most ``limit`` of the user's visible facts ``fact_id`` superseded, oldest first."""
+
+    @abc.abstractmethod
     def record_event(self, seq: int, version: int, event: str) -> None:
         """How a memory's version came about, when it is not an add or an update."""
 

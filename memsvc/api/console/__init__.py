@@ -12,7 +12,8 @@ CSRF token on every state-changing form, and no secret in any URL.
 One module per page area, on one blueprint (:mod:`.pages`, with what every
 page is made with): :mod:`.signing_in` (sessions, sign-in and out, OpenID
 Connect), :mod:`.user_pages` (end users and their memories),
-:mod:`.search_page`, :mod:`.keys_page` and :mod:`.service_page`. Below
+:mod:`.search_page`, :mod:`.jobs_page` (extraction jobs), :mod:`.keys_page` and
+:mod:`.service_page`. Below
 them: :mod:`.session` (the cookie, and sessions signed out), :mod:`.oidc`
 (the provider's two legs), :mod:`.invoke` (the API's procedures) and
 :mod:`.diff` (a memory's versions compared).
@@ -23,6 +24,7 @@ from __future__ import annotations
 from flask import Flask
 
 # Each page module adds its views to the blueprint as it is imported.
+from . import jobs_page
 from . import keys_page
 from . import search_page
 from . import service_page
@@ -32,7 +34,7 @@ from . import user_pages
 from .pages import bp
 
 #: The page modules, each imported for the views it adds to :data:`bp`.
-PAGES = (signing_in, user_pages, search_page, keys_page, service_page)
+PAGES = (signing_in, user_pages, search_page, jobs_page, keys_page, service_page)
 
 
 def init_app(app: Flask) -> None:

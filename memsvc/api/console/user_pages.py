@@ -13,6 +13,9 @@ from werkzeug.wrappers import Response
 
 from ... import clock
 from ...errors import ApiError
+from ...services import jobs
+from .. import outputs
+from ..context import store
 from . import diff
 from .pages import KEY
 from .pages import bp
@@ -31,6 +34,8 @@ USERS_PAGE = 50
 #: Sessions on one user's page; messages on a session's page.
 SESSIONS_PAGE = 10
 MESSAGES_PAGE = 50
+#: A fact's sources, and the facts it replaced, shown on its page at most.
+LINEAGE = 20
 #: A session's page opened at a message starts this many messages before it.
 LEAD_IN = 3
 
@@ -214,21 +219,47 @@ def delete_all() -> Response:
 def _memory_page(
     memory_id: str, *, status: int | None = None, error: dict[str, t.Any] | None = None
 ) -> Response:
-    """A memory's page: it, and its history compared version by version (in the history's call)."""
+    """A memory's page: it, and its history compared version by version (in the history's call);
+    a fact's with its sources and what it replaced or was replaced by (:func:`_lineage`)."""
     found = call("memory.getById", {"id": memory_id})
-    return call(
-        "memory.history",
-        {"id": memory_id},
-        then=lambda history: page(
+
+    def render(history: list[dict[str, t.Any]]) -> Response:
+        return page(
             "memory.html",
             status,
             memory=found,
+            lineage=_lineage(found) if found.get("kind") == "fact" else None,
             versions=diff.versions(history),
             pretty=diff.pretty,
             error=error,
             saved=error is None and request.args.get("saved") == "1",
-        ),
+        )
+
+    return call("memory.history", {"id": memory_id}, then=render)
+
+
+def _lineage(fact: dict[str, t.Any]) -> dict[str, t.Any]:
+    """A fact's source messages, the fact that replaced it and the facts it replaced, as the
+    API shows memories: read for the tenant and user of the fact the key was just given (so
+    within that key's call, and its tenant's), at most :data:`LINEAGE` of each."""
+    sources, by, replaced = jobs.lineage(
+        store(),
+        fact["idpUserId"],
+        fact["userId"],
+        fact["id"],
+        fact.get("sources", []),
+        fact.get("supersededBy"),
+        LINEAGE,
     )
+    shown = outputs.MEMORY.dump
+    return {
+        "sources": [shown(m) for m in sources],
+        "missing": len(fact.get("sources", [])[:LINEAGE]) - len(sources),
+        "more_sources": max(0, len(fact.get("sources", [])) - LINEAGE),
+        "by": shown(by) if by is not None else None,
+        "replaced": [shown(m) for m in replaced],
+        "more_replaced": len(replaced) == LINEAGE,
+    }
 
 
 @bp.get("/memory")
