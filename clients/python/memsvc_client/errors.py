@@ -84,7 +84,7 @@ class JobTimeout(MemsvcError, TimeoutError):
     def __init__(self, job: Job, timeout: float) -> None:
         super().__init__(
             f"extraction job {job.id} still {job.status} after {timeout:g}s "
-            f"({job.attempts} model calls made{'; ' + job.error if job.error else ''})",
+            f"({job.attempts} attempts{'; ' + job.error if job.error else ''})",
             code="JOB_TIMEOUT",
             http_status=None,
             path="memory.job",

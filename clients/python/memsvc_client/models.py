@@ -367,7 +367,7 @@ class Job:
     id: str
     user_id: str
     status: JobStatus
-    #: Model calls made for it.
+    #: Times it was run (each model call; a run whose worker stopped mid-call too).
     attempts: int
     created_at: datetime.datetime
     updated_at: datetime.datetime

@@ -276,7 +276,7 @@ export interface Job {
   /** queued: waiting to run (see error for why, when it waits); running: its model call is in flight; done: its facts are applied; failed: given up after its attempts, nothing of it applied (memory.retryJob). */
   status: "queued" | "running" | "done" | "failed";
   /**
-   * Model calls made for it.
+   * Times it was run (each model call; a run whose worker stopped mid-call counts too).
    * at least 0.
    */
   attempts: number;

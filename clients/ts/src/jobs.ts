@@ -31,7 +31,7 @@ export class JobTimeoutError extends Error {
   ) {
     super(
       `extraction job ${job.id} still ${job.status} after ${timeout}s ` +
-        `(${job.attempts} model calls made${job.error ? `; ${job.error}` : ""})`,
+        `(${job.attempts} attempts${job.error ? `; ${job.error}` : ""})`,
     );
   }
 }
