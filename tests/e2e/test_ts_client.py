@@ -21,6 +21,7 @@ import subprocess
 import pytest
 import requests
 
+from tests.support.fake_llm import FakeModel
 from tests.support.fake_provider import FakeProvider
 from tests.support.servers import REPO
 from tests.support.servers import start_server
@@ -88,6 +89,7 @@ def test_the_examples_compile_under_strict(examples):
     assert (examples / "quickstart.js").is_file()
     assert (examples / "search-defaults.js").is_file()
     assert (examples / "ai-tools.js").is_file()
+    assert (examples / "jobs.js").is_file()
 
 
 def test_a_misspelt_field_does_not_compile():
@@ -139,6 +141,7 @@ def test_every_procedure_through_the_typed_client(server, examples, document, ba
     }
     assert out["sessions"] == [["berlin", 2]]
     assert out["conversation"] == ["m1", "m2"]
+    assert out["jobs"] == {"listed": 0, "ingestJob": None, "notFound": ["NOT_FOUND"] * 2}
     assert out["deletedAll"] == {"success": True, "deleted": 3}
     assert out["limits"] == [30, None]
     assert out["key"] == {"name": "every procedure", "secretPrefix": "sk_memsvc_", "listed": True}
@@ -254,6 +257,49 @@ def test_refused_calls_are_retried_after_retry_after_and_every_write_lands(serve
     assert out == {"added": 10, "stored": 10}
     refused = server.output().count('"POST /trpc/memory.add HTTP/1.1" 429') - before
     assert refused > 0  # the limit was met, and waited out
+
+
+def test_extraction_jobs_are_waited_for_listed_and_retried(examples, tmp_path):
+    # The fake model takes a second an answer, so a job is seen unsettled; one
+    # model call a job, so its broken answer fails the job at once.
+    with FakeModel() as model:
+        model.delay_ms = 1000
+        server = start_server(
+            tmp_path,
+            MEMSVC_LLM_URL=model.url,
+            MEMSVC_LLM_MODEL="fake",
+            MEMSVC_EXTRACT_MAX_ATTEMPTS="1",
+        )
+        try:
+            out = json.loads(
+                run(
+                    "jobs.js",
+                    cwd=examples,
+                    MEMSVC_URL=server.url,
+                    MEMSVC_API_KEY=server.create_key("tenant-J", "jobs"),
+                )
+            )
+        finally:
+            server.stop()
+    assert out["queued"] == {"status": "queued", "attempts": 0}
+    done = out["done"]
+    assert done["status"] == "done" and done["attempts"] == 1 and done["usage"]
+    ((fact_id, content, sources),) = out["facts"]
+    assert done["added"] == [fact_id] and content == "The user said: I live in Porto"
+    porto = [m for m, text in out["messages"] if text == "I live in Porto"]
+    assert sources == porto
+    assert out["timedOut"]["name"] == "JobTimeoutError" and out["timedOut"]["timeout"] == 0.2
+    assert out["timedOut"]["status"] in ("queued", "running")
+    assert out["slowDone"] == "done"
+    assert out["failed"] == {"status": "failed", "attempts": 1, "error": True}
+    assert out["retried"] == {"id": True, "status": "queued", "attempts": 0}
+    assert out["failedAgain"] == {"status": "failed", "attempts": 1}
+    ids = out["ids"]
+    assert out["pages"] == [[ids["broken"], ids["slow"]], [ids["queued"]]]
+    assert out["failedOnly"] == [ids["broken"]]
+    assert out["notFound"] == {"code": "NOT_FOUND", "httpStatus": 404, "path": "memory.job"}
+    # Four model calls: three jobs, one of them twice.
+    assert len(model.requests) == 4
 
 
 def doc_block(text: str, lang: str, containing: str) -> str:

@@ -9,6 +9,7 @@ from .aio import AsyncMemsvc
 from .client import Memsvc
 from .errors import BadRequest
 from .errors import ConnectionFailed
+from .errors import JobTimeout
 from .errors import MemsvcError
 from .errors import NotFound
 from .errors import RateLimited
@@ -20,6 +21,10 @@ from .models import DateSpan
 from .models import EndUser
 from .models import Explain
 from .models import Ingested
+from .models import Job
+from .models import JobFacts
+from .models import JobStatus
+from .models import JobUsage
 from .models import Memory
 from .models import Session
 
@@ -33,6 +38,10 @@ __all__ = [
     "Explain",
     "Message",
     "Ingested",
+    "Job",
+    "JobFacts",
+    "JobStatus",
+    "JobUsage",
     "Session",
     "Context",
     "DateSpan",
@@ -44,4 +53,5 @@ __all__ = [
     "RateLimited",
     "ServerError",
     "ConnectionFailed",
+    "JobTimeout",
 ]

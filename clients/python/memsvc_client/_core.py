@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import time
 import typing as t
 import urllib.parse
 
@@ -20,6 +21,8 @@ from .errors import ServerError
 from .errors import error_class
 from .models import EndUser
 from .models import Ingested
+from .models import Job
+from .models import JobStatus
 from .models import Memory
 from .models import Session
 from .models import Unset
@@ -362,6 +365,49 @@ def session_call(user_id: str, session_id: str, limit: int | None, after: int | 
     return Call("memory.session", input)
 
 
+def job_call(job_id: str) -> Call:
+    """memory.job."""
+    return Call("memory.job", {"id": job_id})
+
+
+def jobs_call(
+    user_id: str | None, status: JobStatus | None, limit: int | None, cursor: str | None
+) -> Call:
+    """memory.jobs, one page."""
+    input: Json = {}
+    if user_id is not None:
+        input["userId"] = user_id
+    if status is not None:
+        input["status"] = status
+    if limit is not None:
+        input["limit"] = limit
+    if cursor is not None:
+        input["cursor"] = cursor
+    return Call("memory.jobs", input)
+
+
+def retry_job_call(job_id: str) -> Call:
+    """memory.retryJob: a job not failed is answered as it is, so sending it again is harmless."""
+    return mutation("memory.retryJob", {"id": job_id}, resend_safe=True)
+
+
+#: Seconds between two looks at a job in ``wait_for_job``, by default.
+JOB_POLL_INTERVAL = 0.5
+
+
+def check_wait(timeout: float, interval: float) -> None:
+    """ValueError for a wait that could not work, before any call."""
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0, not {timeout!r}")
+    if not interval > 0:
+        raise ValueError(f"interval must be a number of seconds > 0, not {interval!r}")
+
+
+def monotonic() -> float:
+    """The clock ``wait_for_job`` measures its timeout by."""
+    return time.monotonic()
+
+
 def check_mode(mode: str) -> Mode:
     """``mode`` if it is one of memsvc's search modes, else ValueError (before any call)."""
     if mode not in MODES:
@@ -495,6 +541,15 @@ def sessions(data: t.Any) -> list[Session]:
 
 def ingested(data: t.Any) -> Ingested:
     return Ingested.from_wire(data)
+
+
+def job(data: t.Any) -> Job:
+    return Job.from_wire(data)
+
+
+def jobs(data: t.Any) -> list[Job]:
+    """A list of Jobs from a JSON array of them."""
+    return [Job.from_wire(j) for j in data]
 
 
 INFO = Call("service.info", {})

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import threading
 import time
@@ -22,11 +23,14 @@ from ._core import Mode
 from ._core import api_key_from
 from ._core import check_url
 from ._core import recommended
+from .errors import JobTimeout
 from .errors import MemsvcError
 from .errors import NotFound
 from .models import UNSET
 from .models import EndUser
 from .models import Ingested
+from .models import Job
+from .models import JobStatus
 from .models import Memory
 from .models import Session
 from .models import Unset
@@ -112,6 +116,8 @@ class Memsvc:
         session_id: str | None = None,
         metadata: t.Mapping[str, t.Any] | None = None,
         extract: bool | None = None,
+        wait: bool = False,
+        wait_timeout: float = 30.0,
     ) -> Ingested:
         """Store a conversation's messages as they were said, all or none.
 
@@ -120,9 +126,83 @@ class Memsvc:
         again continues it. A message whose ``id`` the session already holds
         is not stored twice, so a call whose messages all have ids is sent
         again safely after a lost answer.
+
+        ``extract``: also draw facts from the new messages with the server's
+        model (None: the server's ``MEMSVC_EXTRACT``); the answer's ``job``
+        is the extraction job. ``wait``: return once that job is done or
+        failed, with the job as it settled (:class:`JobTimeout` after
+        ``wait_timeout`` seconds; the messages are stored either way).
         """
+        if wait:
+            _core.check_wait(wait_timeout, _core.JOB_POLL_INTERVAL)
         call = _core.ingest_call(user_id, messages, session_id, metadata, extract)
-        return _core.ingested(self._call(call))
+        out = _core.ingested(self._call(call))
+        if wait and out.job is not None:
+            settled = self.wait_for_job(out.job.id, timeout=wait_timeout)
+            out = dataclasses.replace(out, job=settled)
+        return out
+
+    def job(self, job_id: str) -> Job:
+        """An extraction job of the key's tenant (:class:`NotFound` for any other id)."""
+        return _core.job(self._call(_core.job_call(job_id)))
+
+    def jobs(
+        self,
+        *,
+        user_id: str | None = None,
+        status: JobStatus | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> list[Job]:
+        """A page of the tenant's extraction jobs, newest first, after ``cursor`` (a job id).
+
+        ``user_id``, ``status``: only that end user's, only in that status.
+        """
+        return _core.jobs(self._call(_core.jobs_call(user_id, status, limit, cursor)))
+
+    def iter_jobs(
+        self,
+        *,
+        user_id: str | None = None,
+        status: JobStatus | None = None,
+        page_size: int = 100,
+    ) -> t.Iterator[Job]:
+        """Every extraction job of the tenant, newest first, page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.jobs(user_id=user_id, status=status, limit=page_size, cursor=cursor)
+            yield from page
+            if len(page) < page_size:
+                return
+            cursor = page[-1].id
+
+    def retry_job(self, job_id: str) -> Job:
+        """Queue a ``failed`` job again, its attempts from zero; any other job is answered as is."""
+        return _core.job(self._call(_core.retry_job_call(job_id)))
+
+    def wait_for_job(
+        self,
+        job_id: str,
+        *,
+        timeout: float = 30.0,
+        interval: float = _core.JOB_POLL_INTERVAL,
+    ) -> Job:
+        """The job once it is ``done`` or ``failed``, looked at every ``interval`` seconds.
+
+        A failed job is returned, not raised: its ``error`` says why, and
+        :meth:`retry_job` queues it again. :class:`JobTimeout` (a
+        ``TimeoutError``) if it has not settled after ``timeout`` seconds.
+        """
+        _core.check_wait(timeout, interval)
+        deadline = _core.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job.settled:
+                return job
+            left = deadline - _core.monotonic()
+            if left <= 0:
+                raise JobTimeout(job, timeout)
+            time.sleep(min(interval, left))
 
     def sessions(
         self, user_id: str, *, limit: int | None = None, cursor: str | None = None

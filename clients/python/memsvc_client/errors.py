@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import typing as t
+
+if t.TYPE_CHECKING:
+    from .models import Job
+
 
 class MemsvcError(Exception):
     """A call that failed; ``code`` is memsvc's string code (``"NOT_FOUND"``)."""
@@ -69,6 +74,26 @@ class ConnectionFailed(MemsvcError):
         self.request_sent = request_sent
 
 
+class JobTimeout(MemsvcError, TimeoutError):
+    """A job did not settle (``done`` or ``failed``) within ``wait_for_job``'s timeout.
+
+    Not a failure of the job: it goes on on the server; ``job`` is how it
+    was last seen, and waiting again is fine.
+    """
+
+    def __init__(self, job: Job, timeout: float) -> None:
+        super().__init__(
+            f"extraction job {job.id} still {job.status} after {timeout:g}s "
+            f"({job.attempts} attempts{'; ' + job.error if job.error else ''})",
+            code="JOB_TIMEOUT",
+            http_status=None,
+            path="memory.job",
+        )
+        #: The job as last seen.
+        self.job = job
+        self.timeout = timeout
+
+
 _BY_CODE: dict[str, type[MemsvcError]] = {
     "BAD_REQUEST": BadRequest,
     "METHOD_NOT_SUPPORTED": BadRequest,
@@ -106,4 +131,5 @@ __all__ = [
     "RateLimited",
     "ServerError",
     "ConnectionFailed",
+    "JobTimeout",
 ]

@@ -315,20 +315,125 @@ class Session:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ingested:
-    """What ``ingest`` did: the session, one memory per message in order, and how many of the
-    messages the session already held (by id)."""
+    """What ``ingest`` did: the session, one memory per message in order, how many of the
+    messages the session already held (by id), and the extraction job it queued, if any."""
 
     session_id: str
     memories: tuple[Memory, ...]
     duplicates: int
+    #: With extraction: the job drawing facts from the new messages (with
+    #: ``wait=True``, as it settled); None without, or when no message was new.
+    job: Job | None = None
 
     @classmethod
     def from_wire(cls, data: t.Mapping[str, t.Any]) -> Ingested:
+        job = data.get("job")
         return cls(
             data["sessionId"],
             tuple(Memory.from_wire(m) for m in data["memories"]),
             int(data["duplicates"]),
+            Job.from_wire(job) if job is not None else None,
         )
+
+
+#: A job's status: waiting, calling the model, its facts applied, given up.
+JobStatus = t.Literal["queued", "running", "done", "failed"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What a ``done`` job did to the user's facts."""
+
+    #: Ids of the facts it added.
+    added: tuple[str, ...]
+    #: Ids of the facts they replaced (now superseded).
+    superseded: tuple[str, ...]
+    #: How many of the model's facts the user already had.
+    unchanged: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobUsage:
+    """The model tokens a job's calls took, every attempt together."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """An extraction job: facts drawn from an ``ingest``'s messages by the server's model."""
+
+    id: str
+    user_id: str
+    status: JobStatus
+    #: Times it was run (each model call; a run whose worker stopped mid-call too).
+    attempts: int
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    #: The session of its messages.
+    session_id: str | None = None
+    #: Why it failed, or why it waits.
+    error: str | None = None
+    #: When ``done``: the facts it added and superseded.
+    facts: JobFacts | None = None
+    #: Once it has called the model.
+    usage: JobUsage | None = None
+
+    @property
+    def settled(self) -> bool:
+        """Whether it is ``done`` or ``failed``: it changes no more unless retried."""
+        return self.status in ("done", "failed")
+
+    @classmethod
+    def from_wire(cls, data: t.Mapping[str, t.Any]) -> Job:
+        """A Job from the JSON object memsvc answers with."""
+        facts = data.get("facts")
+        usage = data.get("usage")
+        return cls(
+            id=data["id"],
+            user_id=data["userId"],
+            status=data["status"],
+            attempts=int(data["attempts"]),
+            created_at=parse_time(data["createdAt"]),
+            updated_at=parse_time(data["updatedAt"]),
+            session_id=data.get("sessionId"),
+            error=data.get("error"),
+            facts=None
+            if facts is None
+            else JobFacts(
+                tuple(facts["added"]), tuple(facts["superseded"]), int(facts["unchanged"])
+            ),
+            usage=None
+            if usage is None
+            else JobUsage(int(usage["promptTokens"]), int(usage["completionTokens"])),
+        )
+
+    def to_dict(self) -> dict[str, t.Any]:
+        """The job in the wire's field names (absent fields left out)."""
+        out: dict[str, t.Any] = {"id": self.id, "userId": self.user_id}
+        if self.session_id is not None:
+            out["sessionId"] = self.session_id
+        out.update(
+            status=self.status,
+            attempts=self.attempts,
+            createdAt=format_time(self.created_at),
+            updatedAt=format_time(self.updated_at),
+        )
+        if self.error is not None:
+            out["error"] = self.error
+        if self.facts is not None:
+            out["facts"] = {
+                "added": list(self.facts.added),
+                "superseded": list(self.facts.superseded),
+                "unchanged": self.facts.unchanged,
+            }
+        if self.usage is not None:
+            out["usage"] = {
+                "promptTokens": self.usage.prompt_tokens,
+                "completionTokens": self.usage.completion_tokens,
+            }
+        return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

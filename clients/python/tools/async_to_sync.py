@@ -84,6 +84,11 @@ LINES: dict[str, list[str]] = {
     ],
     "for message in page:": ["yield from page"],
     "yield message": [],
+    '"""Every extraction job of the tenant, newest first, page by page (``async for``)."""': [
+        '"""Every extraction job of the tenant, newest first, page by page."""'
+    ],
+    "for job in page:": ["yield from page"],
+    "yield job": [],
     "if self._lock is None:": [],
     "self._lock = anyio.Lock()": [],
     "async with self._lock:  # one service.info for all the tasks that get here": [

@@ -84,6 +84,10 @@ const ingested = await call("memory.ingest", memsvc.memory.ingest.mutate({ userI
 const ingestedAgain = await call("memory.ingest", memsvc.memory.ingest.mutate({ userId, sessionId: "berlin", messages: talk }));
 const sessions = await call("memory.sessions", memsvc.memory.sessions.query({ userId }));
 const conversation: Memory[] = await call("memory.session", memsvc.memory.session.query({ userId, sessionId: "berlin" }));
+// Without a language model no job is queued: none listed, any id unknown.
+const jobs = await call("memory.jobs", memsvc.memory.jobs.query({ userId, limit: 10 }));
+const jobNotFound = await failure("memory.job", memsvc.memory.job.query({ id: other.id }));
+const retryNotFound = await failure("memory.retryJob", memsvc.memory.retryJob.mutate({ id: other.id }));
 
 const deleted = await call("memory.delete", memsvc.memory.delete.mutate({ id: other.id }));
 const notFound = await failure("memory.getById", memsvc.memory.getById.query({ id: other.id }));
@@ -113,6 +117,7 @@ console.log(
     },
     sessions: sessions.map((s) => [s.sessionId, s.messages]),
     conversation: conversation.map((m) => m.messageId),
+    jobs: { listed: jobs.length, ingestJob: ingested.job ?? null, notFound: [jobNotFound.code, retryNotFound.code] },
     deleted,
     notFound,
     badRequest,

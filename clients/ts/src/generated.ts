@@ -264,6 +264,68 @@ export interface IngestResult {
    * at least 0.
    */
   duplicates: number;
+  job?: Job;
+}
+
+export interface Job {
+  /** format: uuid. */
+  id: string;
+  userId: string;
+  /** The session of its messages. */
+  sessionId?: string;
+  /** queued: waiting to run (see error for why, when it waits); running: its model call is in flight; done: its facts are applied; failed: given up after its attempts, nothing of it applied (memory.retryJob). */
+  status: "queued" | "running" | "done" | "failed";
+  /**
+   * Times it was run (each model call; a run whose worker stopped mid-call counts too).
+   * at least 0.
+   */
+  attempts: number;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  createdAt: string;
+  /**
+   * UTC with milliseconds, as JavaScript's toISOString writes it.
+   * format: date-time.
+   */
+  updatedAt: string;
+  /** Why it failed, or why it waits. */
+  error?: string;
+  /** Done: the facts it added, those they superseded, and how many of the model's facts the user already had. */
+  facts?: {
+    added: string[];
+    superseded: string[];
+    /** at least 0. */
+    unchanged: number;
+  };
+  /** The model tokens its calls took, all attempts together. */
+  usage?: {
+    /** at least 0. */
+    promptTokens: number;
+    /** at least 0. */
+    completionTokens: number;
+  };
+}
+
+export interface JobsInput {
+  /**
+   * Only this end user's jobs.
+   * 1 to 256 characters.
+   */
+  userId?: string | null | undefined;
+  /** Only jobs of this status. */
+  status?: "queued" | "running" | "done" | "failed" | null | undefined;
+  /**
+   * 1 to 1000.
+   * @default 100
+   */
+  limit?: number | undefined;
+  /**
+   * The last job id of the previous page.
+   * format: uuid.
+   */
+  cursor?: string | null | undefined;
 }
 
 export interface Memory {
@@ -347,7 +409,8 @@ export interface MemoryVersion {
   metadata: {
     [key: string]: unknown;
   };
-  event: "add" | "update";
+  /** What made this version: an add, an update, or a newer fact replacing this one (supersede: it gained validTo and supersededBy). */
+  event: "add" | "update" | "supersede";
   /**
    * UTC with milliseconds, as JavaScript's toISOString writes it.
    * format: date-time.
@@ -703,6 +766,9 @@ const appRouter = t.router({
     getById: t.procedure.input(is<MemoryIdInput>()).query(served<Memory>()),
     history: t.procedure.input(is<MemoryIdInput>()).query(served<MemoryVersion[]>()),
     ingest: t.procedure.input(is<IngestInput>()).mutation(served<IngestResult>()),
+    job: t.procedure.input(is<IdInput>()).query(served<Job>()),
+    jobs: t.procedure.input(is<JobsInput>()).query(served<Job[]>()),
+    retryJob: t.procedure.input(is<IdInput>()).mutation(served<Job>()),
     search: t.procedure.input(is<SearchInput>()).query(served<SearchResult[]>()),
     session: t.procedure.input(is<SessionInput>()).query(served<Memory[]>()),
     sessions: t.procedure.input(is<SessionsInput>()).query(served<Session[]>()),

@@ -11,6 +11,8 @@ import type { SearchMode } from "./search.js";
 export { TRPCClientError, isTRPCClientError } from "@trpc/client";
 export { TRPC_CODES, memsvcFetch, memsvcFetcher, retryAfterSeconds } from "./fetch.js";
 export type { FetchInit, RetryOptions } from "./fetch.js";
+export { JobTimeoutError, jobSettled, waitForJob } from "./jobs.js";
+export type { JobReader, WaitForJobOptions } from "./jobs.js";
 export { DEFAULT_SEARCH_MODE, searchDefaultsLink } from "./search.js";
 export type { SearchDefaultsOptions, SearchMode } from "./search.js";
 export type * from "./generated.js";
