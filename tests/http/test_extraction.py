@@ -23,7 +23,9 @@ from memsvc.services import extraction as extraction_service
 from tests.support import fake_llm
 from tests.support.helpers import assert_error
 from tests.support.helpers import data
+from tests.support.helpers import maintenance_round
 from tests.support.helpers import mutate
+from tests.support.helpers import on_disk
 from tests.support.helpers import query
 
 
@@ -443,3 +445,21 @@ def test_the_operator_lists_retries_reextracts_and_runs_jobs(
     every = {f["id"]: f for f in facts(client, auth, "u", includeSuperseded=True)}
     assert every[old["id"]]["supersededBy"] == new["id"]
     assert memsvc_cli("jobs", "list", "nobody").output.strip() == "No jobs."
+
+
+def test_an_erased_users_facts_and_jobs_leave_nothing_on_disk(service, database, store_kind):
+    client, auth, run_jobs = service
+    marker = "zqxfactmarker"
+    out = ingest(client, auth, "u", f"I keep {marker} in the attic")
+    run_jobs()
+    ingest(client, auth, "u", f"I moved {marker} to the cellar")  # queued, never run
+    [fact] = facts(client, auth, "u")
+    assert marker in fact["content"]
+    data(mutate(client, "memory.deleteAll", {"userId": "u"}, headers=auth))
+    assert facts(client, auth, "u", includeSuperseded=True) == []
+    assert data(query(client, "memory.jobs", {}, headers=auth)) == []
+    if store_kind == "sqlite":
+        maintenance_round(client.application)
+        disk = on_disk(database)
+        assert marker.encode() not in disk
+        assert out["job"]["id"].encode() not in disk
