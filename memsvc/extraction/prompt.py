@@ -37,7 +37,7 @@ who they are, family and friends, where they live, work, health, preferences, pl
 Skip small talk, greetings, questions and passing moods.
 2. Write each fact as one self-contained statement in the third person. Name the speaker when \
 their name is known ("Ann's sister lives in Lyon"), otherwise write "the user" ("The user is \
-allergic to peanuts"). One statement per fact.
+allergic to peanuts"). One statement per fact, in the language the user wrote in.
 3. Facts come from what the user says. What the assistant, a tool or the system said is not a \
 fact unless the user confirmed it.
 4. Make relative dates absolute, using the "at" of the message they were said in: "yesterday" in \
