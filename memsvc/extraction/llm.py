@@ -184,6 +184,9 @@ class ChatModel:
             resp = self._session.post(
                 self.endpoint,
                 json=body,
+                # Credentials are the key's alone: no ~/.netrc entry for the host replaces
+                # (or, without a key, adds) an Authorization header.
+                auth=_headers_as_set,
                 timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout),
                 allow_redirects=False,
                 stream=True,
@@ -261,6 +264,11 @@ def _reply(
     if usage is None:
         usage = Usage(_tokens(prompt_chars), _tokens(len(content)), estimated=True)
     return Reply(content, usage)
+
+
+def _headers_as_set(request: requests.PreparedRequest) -> requests.PreparedRequest:
+    """An auth that leaves the request as the session set it (and so keeps .netrc out)."""
+    return request
 
 
 def _refuses_schema(status: int, data: bytes) -> bool:

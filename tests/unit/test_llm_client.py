@@ -589,3 +589,18 @@ def test_a_server_error_naming_json_schema_is_a_refusal_too():
         formats = [b["response_format"]["type"] for _, b in fake.requests]
         assert formats == ["json_schema", "json_object"]
         assert json.loads(reply.content)["facts"] == []
+
+
+@pytest.mark.parametrize("key", [None, "sk-the-real-key"])
+def test_a_netrc_entry_for_the_host_never_sends_its_credentials(tmp_path, monkeypatch, key):
+    """requests adds ~/.netrc's login for a host given no auth; memsvc sends its key only."""
+    netrc = tmp_path / ".netrc"
+    netrc.write_text("machine 127.0.0.1 login someone password netrc-secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    with FakeModel() as fake:
+        fake.script(answer('{"facts": []}'))
+        ChatModel(fake.url, "m", key).complete([{"role": "user", "content": "JSON"}], {})
+        [(headers, _)] = fake.requests
+        sent = {k.lower(): v for k, v in dict(headers).items()}
+        assert sent.get("authorization") == (None if key is None else f"Bearer {key}")
