@@ -50,7 +50,8 @@ class Ingested:
     session_id: str
     memories: list[Memory]
     duplicates: int
-    #: The extraction job queued with the new messages (None: no extraction, or none new).
+    #: The extraction job queued with the new messages; with none new, the job that reads
+    #: them (a call sent again); None without extraction.
     job: Job | None = None
 
 
@@ -137,11 +138,12 @@ def ingest(
                 if message.id is not None:
                     by_id[message.id] = memory
             store.insert_memories(new, [vectors[i] for i in wanted])
-            job = (
-                jobs.queue(store, tenant, user_id, session_id, new, now)
-                if extract and new
-                else None
-            )
+            job = None
+            if extract and new:
+                job = jobs.queue(store, tenant, user_id, session_id, new, now)
+            elif extract and out:
+                # Sent again after its answer was lost: the job that reads these messages.
+                job = store.job_reading(tenant, user_id, out[-1].id)
         return Ingested(session_id, out, len(out) - len(new), job)
     raise BadRequest(
         "Invalid input: messages: they changed while being stored (another call deleted "

@@ -270,6 +270,14 @@ class JobSql:
                 break
         return claimed
 
+    def job_reading(self: _Sql, tenant: str, user_id: str, memory_id: str) -> Job | None:
+        row = self._one(
+            f"SELECT {_JOB_COLUMNS} FROM memory_jobs WHERE tenant = ? AND user_id = ? "
+            "AND messages LIKE ? ORDER BY created_at DESC, id DESC LIMIT 1",
+            (tenant, user_id, f'%"{memory_id}"%'),
+        )
+        return None if row is None else _job_of(row)
+
     def jobs_due(self: _Sql, now: int) -> bool:
         row = self._one(
             "SELECT 1 FROM memory_jobs WHERE (status = 'queued' AND run_after <= ?) "

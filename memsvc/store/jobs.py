@@ -67,6 +67,10 @@ class Jobs(abc.ABC):
         """
 
     @abc.abstractmethod
+    def job_reading(self, tenant: str, user_id: str, memory_id: str) -> Job | None:
+        """The newest of the user's jobs that reads this message, if any."""
+
+    @abc.abstractmethod
     def jobs_due(self, now: int) -> bool:
         """Whether any job is due (a read: what a worker asks before it claims)."""
 

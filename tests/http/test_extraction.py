@@ -463,3 +463,22 @@ def test_an_erased_users_facts_and_jobs_leave_nothing_on_disk(service, database,
         disk = on_disk(database)
         assert marker.encode() not in disk
         assert out["job"]["id"].encode() not in disk
+
+
+def test_an_ingest_sent_again_answers_the_job_it_queued_first(service):
+    client, auth, run_jobs = service
+    body = {
+        "userId": "u",
+        "sessionId": "s",
+        "messages": [{"role": "user", "content": "I live in Berlin", "id": "a"}],
+        "extract": True,
+    }
+    first = data(mutate(client, "memory.ingest", body, headers=auth))
+    again = data(mutate(client, "memory.ingest", body, headers=auth))
+    assert again["duplicates"] == 1 and again["job"]["id"] == first["job"]["id"]
+    assert len(data(query(client, "memory.jobs", {}, headers=auth))) == 1
+    run_jobs()
+    assert data(mutate(client, "memory.ingest", body, headers=auth))["job"]["status"] == "done"
+    assert "job" not in data(
+        mutate(client, "memory.ingest", {**body, "extract": False}, headers=auth)
+    )
