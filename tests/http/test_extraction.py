@@ -482,3 +482,16 @@ def test_an_ingest_sent_again_answers_the_job_it_queued_first(service):
     assert "job" not in data(
         mutate(client, "memory.ingest", {**body, "extract": False}, headers=auth)
     )
+
+
+def test_the_prompt_shows_the_users_facts_most_related_to_the_messages(service, llm):
+    client, auth, run_jobs = service
+    topics = [f"I collect stamps from country number {i}" for i in range(34)]
+    ingest(client, auth, "u", *topics, "My dog is called Rex")
+    run_jobs()
+    assert len(facts(client, auth, "u", limit=100)) == 35
+    ingest(client, auth, "u", "Rex the dog is ill")
+    run_jobs()
+    shown = json.loads(llm.requests[-1][1]["messages"][-1]["content"])["facts"]
+    assert len(shown) == 30
+    assert "The user said: My dog is called Rex" in [f["text"] for f in shown]
