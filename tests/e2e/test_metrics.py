@@ -238,8 +238,10 @@ def test_metrics_need_the_token_and_carry_no_user_data(server):
     assert value(samples, "memsvc_api_keys") >= 1
     assert value(samples, "memsvc_search_cache_bytes") > 0
     labels = {k: v for (_, ls), _ in samples.items() for k, v in ls}
+    # Only memsvc_llm_tokens_total names a tenant (what its budget counts), and only once
+    # its jobs have called a model: none here, so no tenant above.
     assert set(labels) <= {"procedure", "code", "provider", "mode", "path", "reason",
-                           "operation", "le"}  # fmt: skip
+                           "operation", "le", "status", "outcome", "tenant", "kind"}  # fmt: skip
 
 
 def test_without_a_token_or_address_metrics_are_not_served(tmp_path):
