@@ -253,7 +253,7 @@ _SEARCH_RESULT = Component(
                         "additionalProperties": {"type": "number"},
                         "description": "Hybrid mode: the named parts the score adds up: "
                         "cosine, keyword, and where they apply cosineWithoutNames, "
-                        "neighbours, session, speaker, short, dates, time, newer "
+                        "neighbours, session, speaker, short, dates, time, recency, newer "
                         "(docs/api.md, hybrid ranking).",
                     },
                     "time": {

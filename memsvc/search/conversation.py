@@ -20,6 +20,10 @@ the parts beyond ``cosine`` and ``keyword``:
 * ``dates`` (messages): a "when" question, and the message holds a date (``dates``);
 * ``time``: the query names a time ("last week") and the memory's time or
   one of its dates falls inside it;
+* ``recency`` (messages and facts, when the query asks what holds now:
+  "now", "still", "currently", "latest"...): the later of the best
+  candidates a little higher, by where its time falls between the
+  earliest's and the latest's;
 * ``newer`` (messages and facts): of two candidates on the same subject (their vectors close,
   the newer holding nearly as much of the query's words, and of its time) whose
   scores are close, the newer is put first, raised just above the older.
@@ -61,6 +65,8 @@ class Weights:
     short: float = 0.29
     dates: float = 0.29
     time: float = 0.3
+    #: The most a candidate gains by being the latest when the query asks what holds now.
+    recency: float = 0.3
     #: Candidates whose vectors have at least this cosine speak of the same subject...
     same_subject: float = 0.65
     #: ...and the newer is put first when its score is within this of the older's
@@ -81,6 +87,19 @@ _WHEN = re.compile(
     r"since when\b|until when\b|how many (days|weeks|months|years)\b)",
     re.I,
 )
+
+
+#: Words by which a question asks what holds now, not what once did.
+_NOW = re.compile(
+    r"\b(now|still|currently|current|latest|these days|nowadays|any ?more|"
+    r"at the moment|at present)\b",
+    re.I,
+)
+
+
+def asks_now(query: str) -> bool:
+    """Whether a question asks what holds now ("Where does Ife work now?", "Is it still...")."""
+    return bool(_NOW.search(query))
 
 
 def asks_when(query: str) -> bool:
@@ -150,6 +169,8 @@ class Context:
     speakers_named: frozenset[str]
     when_question: bool
     interval: DateSpan | None
+    #: The query asks what holds now (:func:`asks_now`).
+    now_question: bool = False
 
 
 def score(c: Candidate, context: Context, weights: Weights = WEIGHTS) -> None:
@@ -197,8 +218,10 @@ def ranked(
     candidates: list[Candidate],
     vectors: t.Callable[[list[int]], np.ndarray],
     weights: Weights = WEIGHTS,
+    now_question: bool = False,
 ) -> list[Candidate]:
-    """Best first; then newer beats older among the :data:`NEWER_AMONG` best.
+    """Best first; then ``recency`` (``now_question``) and newer beats older among the
+    :data:`NEWER_AMONG` best.
 
     A candidate whose score is at most ``newer_margin`` below an older
     candidate on the same subject (cosine of their vectors at least
@@ -208,6 +231,8 @@ def ranked(
     the candidates' unit vectors, a row each.
     """
     order = sorted(candidates, key=_order)
+    if now_question and _recency(order[:NEWER_AMONG], weights):
+        order.sort(key=_order)
     top = order[:NEWER_AMONG]
     if sum(c.memory.kind is not None for c in top) < 2:
         return order  # newer beats older among messages and facts only
@@ -241,6 +266,24 @@ def ranked(
         if lift > 0:
             c.parts["newer"] = lift
     return sorted(order, key=_order)
+
+
+def _recency(top: list[Candidate], weights: Weights) -> bool:
+    """Give the messages and facts among ``top`` their ``recency`` part: ``weights.recency``
+    times where each one's time falls between the earliest's (0) and the latest's (1).
+    Whether any got one."""
+    timed = [c for c in top if c.memory.kind is not None]
+    if len(timed) < 2:
+        return False
+    first = min(c.memory.time for c in timed)
+    span = max(c.memory.time for c in timed) - first
+    if span <= 0:
+        return False
+    for c in timed:
+        share = (c.memory.time - first) / span
+        if share > 0:
+            c.parts["recency"] = weights.recency * share
+    return True
 
 
 def _order(c: Candidate) -> tuple[float, int, int]:

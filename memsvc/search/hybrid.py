@@ -7,7 +7,7 @@ keyword match's strength, :data:`BOOST` times the strength squared; so a
 match on the rare name or code a question hinges on lifts its memory above
 look-alikes, while a shared common word barely moves a paraphrase's answer.
 Messages, dates and the query's time add the parts of :mod:`.conversation`
-(neighbours, session, speaker, dates, time, newer beats older). ``explain``
+(neighbours, session, speaker, dates, time, recency, newer beats older). ``explain``
 shows every part of each result (``parts``). A result's similarity is its
 exact cosine and the threshold a floor on it, as in every mode.
 """
@@ -78,7 +78,11 @@ def search(
         context = _context(source, request, candidates, found.coverage, snap, entries)
         for c in candidates:
             conversation.score(c, context)
-        best = conversation.ranked(candidates, _vectors_of(source, request, snap, entries))
+        best = conversation.ranked(
+            candidates,
+            _vectors_of(source, request, snap, entries),
+            now_question=context.now_question,
+        )
     return [_result(c, pool[c.seq], meant) for c in best[: request.k]]
 
 
@@ -112,6 +116,7 @@ def _context(
         frozenset(speakers),
         conversation.asks_when(request.text),
         request.interval,
+        conversation.asks_now(request.text),
     )
 
 

@@ -566,6 +566,34 @@ def test_hybrid_puts_the_newer_of_two_statements_on_one_subject_first(client, au
     assert found[1]["content"] == "My favourite colour is blue."
 
 
+def test_a_question_about_now_gives_later_messages_a_recency_part(client, auth):
+    for session, content, at in [
+        ("a", "I work at the bakery on Mill Street.", "2023-01-05T10:00:00Z"),
+        ("b", "Work is busy, lots of weddings this month.", "2023-04-05T10:00:00Z"),
+        ("c", "I started at the library on the square.", "2023-09-05T10:00:00Z"),
+    ]:
+        ingest(client, auth, [{"role": "user", "content": content, "at": at}],
+               sessionId=session)  # fmt: skip
+    data(mutate(client, "memory.add", {"userId": "alice", "content": "I work from home",
+                                       "occurredAt": "2024-01-01T00:00:00Z"},
+                headers=auth))  # fmt: skip
+
+    def parts(asked):
+        found = _search(client, auth, asked, mode="hybrid", explain=True)
+        return {r["content"]: r["explain"]["parts"] for r in found}
+
+    now = parts("Where do I work now?")
+    # The latest message gains the whole weight, the earliest none, one between a share.
+    assert now["I started at the library on the square."]["recency"] == pytest.approx(0.3)
+    assert "recency" not in now["I work at the bakery on Mill Street."]
+    between = now["Work is busy, lots of weddings this month."]["recency"]
+    assert 0 < between < 0.3
+    # An ordinary memory is never ranked by when it was written, however recent.
+    assert "recency" not in now["I work from home"]
+    # A question that does not ask what holds now gives no one a recency part.
+    assert all("recency" not in p for p in parts("Where did I work?").values())
+
+
 def test_context_steps_over_deleted_messages(client, auth):
     talk = [{"role": "user", "content": f"line {i} about the weather"} for i in range(7)]
     talk[3] = {"role": "user", "content": "My sister Inês lives in Coimbra."}

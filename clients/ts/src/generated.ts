@@ -577,7 +577,7 @@ export interface SearchResult {
     keyword: number | null;
     /** What the mode ranked by: the cosine (semantic), the BM25 score (keyword), the sum of the parts (hybrid). */
     score: number;
-    /** Hybrid mode: the named parts the score adds up: cosine, keyword, and where they apply cosineWithoutNames, neighbours, session, speaker, short, dates, time, newer (docs/api.md, hybrid ranking). */
+    /** Hybrid mode: the named parts the score adds up: cosine, keyword, and where they apply cosineWithoutNames, neighbours, session, speaker, short, dates, time, recency, newer (docs/api.md, hybrid ranking). */
     parts?: {
       [key: string]: number;
     };
