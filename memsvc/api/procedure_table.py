@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing as t
 
+from .. import generated_docs
 from . import ROUTERS
 from .procedures import COMMON_ERRORS
 from .procedures import MUTATION
@@ -19,12 +20,7 @@ DOCS_END = "<!-- end of procedures table -->"
 
 def write_docs(path: str) -> None:
     """Replace the table of procedures in ``path`` (docs/api.md) with :func:`markdown`."""
-    with open(path) as f:
-        text = f.read()
-    start = text.index(DOCS_START) + len(DOCS_START)
-    end = text.index(DOCS_END)
-    with open(path, "w") as f:
-        f.write(text[:start] + "\n" + markdown() + "\n" + text[end:])
+    generated_docs.write(path, DOCS_START, DOCS_END, markdown())
 
 
 def markdown(routers: t.Sequence[Router] = ROUTERS) -> str:

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import typing as t
 
+from .. import generated_docs
 from ..models import Memory
 from ..models import Moment
 
@@ -206,12 +207,7 @@ DOCS_END = "<!-- end of what memsvc sends -->"
 
 def write_docs(path: str) -> None:
     """Replace what memsvc sends in ``path`` (docs/extraction.md) with :func:`markdown`."""
-    with open(path) as f:
-        text = f.read()
-    start = text.index(DOCS_START) + len(DOCS_START)
-    end = text.index(DOCS_END)
-    with open(path, "w") as f:
-        f.write(text[:start] + "\n" + markdown() + "\n" + text[end:])
+    generated_docs.write(path, DOCS_START, DOCS_END, markdown())
 
 
 def markdown() -> str:

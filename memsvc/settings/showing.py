@@ -6,6 +6,7 @@ import json
 import typing as t
 import urllib.parse
 
+from .. import generated_docs
 from .table import SETTINGS
 
 
@@ -53,12 +54,7 @@ DOCS_END = "<!-- end of settings table -->"
 
 def write_docs(path: str) -> None:
     """Replace the settings table in ``path`` (docs/configuration.md) with :func:`markdown`."""
-    with open(path) as f:
-        text = f.read()
-    start = text.index(DOCS_START) + len(DOCS_START)
-    end = text.index(DOCS_END)
-    with open(path, "w") as f:
-        f.write(text[:start] + "\n" + markdown() + "\n" + text[end:])
+    generated_docs.write(path, DOCS_START, DOCS_END, markdown())
 
 
 def markdown() -> str:

@@ -4,6 +4,7 @@ import stat
 import pytest
 
 from memsvc import create_app
+from memsvc import generated_docs
 from memsvc import settings
 from memsvc.errors import ConfigError
 
@@ -152,9 +153,8 @@ def test_an_ambiguous_name_is_offered_every_setting_it_may_mean():
 
 def test_the_configuration_docs_list_every_setting_as_the_table_says():
     docs = (pathlib.Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
-    start = docs.index(settings.DOCS_START) + len(settings.DOCS_START)
-    end = docs.index(settings.DOCS_END)
-    assert docs[start:end].strip() == settings.markdown().strip(), (
+    block = generated_docs.block(docs, settings.DOCS_START, settings.DOCS_END)
+    assert block.strip() == settings.markdown().strip(), (
         "docs/configuration.md is out of date: run make docs"
     )
     for setting in settings.SETTINGS:

@@ -11,6 +11,7 @@ import typing as t
 import jsonschema
 import pytest
 
+from memsvc import generated_docs
 from memsvc.extraction import prompt
 from memsvc.extraction.prompt import INSTRUCTIONS
 from memsvc.extraction.prompt import SCHEMA
@@ -274,8 +275,7 @@ def test_the_schema_takes_a_fact_without_a_date_and_refuses_one_left_out():
 
 
 def generated(text: str) -> str:
-    start = text.index(prompt.DOCS_START) + len(prompt.DOCS_START)
-    return text[start : text.index(prompt.DOCS_END)]
+    return generated_docs.block(text, prompt.DOCS_START, prompt.DOCS_END)
 
 
 def test_the_docs_quote_what_memsvc_sends():

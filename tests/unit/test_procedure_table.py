@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import re
 
+from memsvc import generated_docs
 from memsvc import wire
 from memsvc.api import ROUTERS
 from memsvc.api import inputs
@@ -17,8 +18,7 @@ DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def between_markers(text: str) -> str:
-    start = text.index(procedure_table.DOCS_START) + len(procedure_table.DOCS_START)
-    return text[start : text.index(procedure_table.DOCS_END)]
+    return generated_docs.block(text, procedure_table.DOCS_START, procedure_table.DOCS_END)
 
 
 def test_the_api_docs_table_is_what_the_declarations_say():
