@@ -1,5 +1,8 @@
 """A worker's housekeeping thread: expired memories removed, stale cached vectors dropped.
 
+Each round also deletes the extraction jobs that ended longer ago than
+``MEMSVC_JOB_RETENTION_DAYS`` (their facts stay).
+
 Expired memories are invisible from the moment they expire; every
 ``MAINTENANCE_SECONDS`` each worker deletes those whose time is up (with
 their vectors, history and index rows, as a delete does); if anything was
@@ -25,6 +28,7 @@ import threading
 
 from .observability import metrics
 from .search.cache import SearchCache
+from .services import jobs
 from .services import memories
 from .store import Backend
 
@@ -32,11 +36,19 @@ log = logging.getLogger(__name__)
 
 
 class Maintenance(threading.Thread):
-    def __init__(self, backend: Backend, search_cache: SearchCache | None, interval: float):
+    def __init__(
+        self,
+        backend: Backend,
+        search_cache: SearchCache | None,
+        interval: float,
+        job_retention_days: int = 0,
+    ):
         super().__init__(name="memsvc-maintenance", daemon=True)
         self.backend = backend
         self.search_cache = search_cache
         self.interval = interval
+        #: Extraction jobs that ended longer ago than this are deleted (0: never).
+        self.job_retention_days = job_retention_days
         self.stopping = threading.Event()
         self._erasures = -1
 
@@ -56,6 +68,9 @@ class Maintenance(threading.Thread):
             metrics.purged(removed)
             if removed:
                 log.info("removed %d expired memories", removed)
+            ended = jobs.purge_ended(store, self.job_retention_days)
+            if ended:
+                log.info("removed %d extraction jobs past their retention", ended)
             erasures = store.erasures()
             # A checkpoint a long read was in the way of is tried next round.
             if erasures != self._erasures and store.checkpoint():

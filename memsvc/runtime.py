@@ -78,7 +78,10 @@ class Runtime:
         """Start this process's maintenance thread (see :mod:`memsvc.housekeeping`), once."""
         if self._maintenance is None or not self._maintenance.is_alive():
             self._maintenance = Maintenance(
-                self.backend, self.search_cache, self.settings["MAINTENANCE_SECONDS"]
+                self.backend,
+                self.search_cache,
+                self.settings["MAINTENANCE_SECONDS"],
+                self.settings["JOB_RETENTION_DAYS"],
             )
             self._maintenance.start()
 

@@ -126,6 +126,22 @@ def reextract(store: FullStore, tenant: str, user_id: str | None = None) -> list
     return jobs
 
 
+def purge_ended(store: Store, days: int, now: int | None = None, batch: int = 500) -> int:
+    """Delete the jobs that ended (done or failed) more than ``days`` days ago, and the
+    token counts of days as old; how many jobs went. ``days`` 0 keeps them all."""
+    if days <= 0:
+        return 0
+    full = t.cast(FullStore, store)
+    before = (clock.now_ms() if now is None else now) - days * 86_400_000
+    removed = 0
+    while True:
+        with full.write():
+            gone = full.purge_jobs(before, batch)
+        removed += gone
+        if gone < batch:
+            return removed
+
+
 def counts(store: Store) -> dict[str, int]:
     """How many jobs there are of each status (the queue's depth for metrics)."""
     full = t.cast(FullStore, store)

@@ -409,6 +409,10 @@ SETTINGS: tuple[Setting, ...] = (
     _S("BOX_NAME", None, _optional(_text), "a name",
        "What this server's workers are called together when `MEMSVC_LLM_CONCURRENCY` counts "
        "the model calls in flight on one box.", "Extraction", shown_default="the host name"),
+    _S("JOB_RETENTION_DAYS", 30, non_negative_int, "a whole number of days (0: for ever)",
+       "An extraction job that ended (`done` or `failed`) is kept this long, then each "
+       "worker's maintenance round deletes it (its facts stay; `memory.job` answers 404 "
+       "for it); the tenants' daily token counts are kept as long.", "Extraction"),
     _S("LLM_DAILY_TOKENS", 0, non_negative_int, "a whole number (0: no bound)",
        "Model tokens (prompt and completion) one tenant's jobs may spend per UTC day; past "
        "it the tenant's jobs wait, `queued`, until the next day.", "Extraction"),

@@ -343,6 +343,17 @@ class JobSql:
         )
         return 0 if row is None else int(row[0])
 
+    def purge_jobs(self: _Sql, before: int, limit: int) -> int:
+        # A job that ended was last due no later than it ended (run_after <= updated_at),
+        # so the index on (status, run_after) finds the candidates.
+        gone = self._execute(
+            "DELETE FROM memory_jobs WHERE id IN (SELECT id FROM memory_jobs "
+            "WHERE status IN ('done', 'failed') AND run_after < ? AND updated_at < ? LIMIT ?)",
+            (before, before, limit),
+        ).rowcount
+        self._execute("DELETE FROM memory_usage WHERE day < ?", (day_of(before),))
+        return int(gone)
+
     def job_counts(self: _Sql) -> dict[str, int]:
         rows = self._rows("SELECT status, count(*) FROM memory_jobs GROUP BY status")
         return {status: int(n) for status, n in rows}

@@ -104,6 +104,11 @@ class Jobs(abc.ABC):
         """The model tokens (prompt and completion) the tenant has spent on a UTC day."""
 
     @abc.abstractmethod
+    def purge_jobs(self, before: int, limit: int) -> int:
+        """Delete at most ``limit`` jobs that ended (``done`` or ``failed``) before ``before``,
+        and the token counts of days before its day; how many jobs went."""
+
+    @abc.abstractmethod
     def job_counts(self) -> dict[str, int]:
         """How many jobs there are of each status."""
 

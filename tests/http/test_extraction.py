@@ -495,3 +495,76 @@ def test_the_prompt_shows_the_users_facts_most_related_to_the_messages(service, 
     shown = json.loads(llm.requests[-1][1]["messages"][-1]["content"])["facts"]
     assert len(shown) == 30
     assert "The user said: My dog is called Rex" in [f["text"] for f in shown]
+
+
+def _age_jobs(client, days: int) -> None:
+    """Move every job, and the token counts, ``days`` days into the past."""
+    shift = days * 86_400_000
+    with client.application.app_context():
+        store = runtime().store()
+        with store.write():
+            store._execute(
+                "UPDATE memory_jobs SET created_at = created_at - ?, "
+                "updated_at = updated_at - ?, run_after = run_after - ?",
+                (shift, shift, shift),
+            )
+            store._execute("UPDATE memory_usage SET day = day - ?", (days,))
+
+
+def _usage_days(client) -> int:
+    with client.application.app_context():
+        store = runtime().store()
+        with store.read():
+            return int(store._one("SELECT count(*) FROM memory_usage")[0])
+
+
+def test_jobs_that_ended_are_deleted_after_their_retention_and_their_facts_stay(configured, llm):
+    client, auth = configured(
+        LLM_URL=llm.url, LLM_MODEL="m", EXTRACT_BACKOFF_SECONDS=0.001, EXTRACT_MAX_ATTEMPTS=1,
+        JOB_RETENTION_DAYS=7,
+    )  # fmt: skip
+
+    def run_jobs() -> int:
+        with client.application.app_context():
+            return runtime().extraction.run_due()
+
+    sent = {
+        "userId": "u",
+        "sessionId": "s1",
+        "extract": True,
+        "messages": [{"id": "m1", "role": "user", "content": "I live in Berlin"}],
+    }
+    done = data(mutate(client, "memory.ingest", sent, headers=auth))["job"]["id"]
+    run_jobs()
+    llm.script(fake_llm.status(500))
+    failed = ingest(client, auth, "u", "I like tea")["job"]["id"]
+    run_jobs()
+    assert [job(client, auth, i)["status"] for i in (done, failed)] == ["done", "failed"]
+    _age_jobs(client, 6)
+    # Queued long ago and never run (a tenant past its budget, say): not ended, so kept.
+    waiting = ingest(client, auth, "u", "I play chess")["job"]["id"]
+    _age_jobs(client, 2)
+    assert _usage_days(client) == 1
+
+    maintenance_round(client.application)  # ended 6+2 days ago: past 7 days
+    for gone in (done, failed):
+        assert_error(query(client, "memory.job", {"id": gone}, headers=auth), 404, "NOT_FOUND",
+                     "memory.job")  # fmt: skip
+    assert job(client, auth, waiting)["status"] == "queued"
+    assert [j["id"] for j in data(query(client, "memory.jobs", {}, headers=auth))] == [waiting]
+    assert _usage_days(client) == 0
+    # The facts it added are the user's, whatever became of the job.
+    assert [f["content"] for f in facts(client, auth, "u")] == ["The user said: I live in Berlin"]
+    # An ingest sent again after its job is gone stores nothing and names no job.
+    again = data(mutate(client, "memory.ingest", sent, headers=auth))
+    assert again["duplicates"] == 1 and "job" not in again
+
+
+def test_jobs_are_kept_for_ever_with_a_retention_of_zero(configured, llm):
+    client, auth = configured(LLM_URL=llm.url, LLM_MODEL="m", JOB_RETENTION_DAYS=0)
+    done = ingest(client, auth, "u", "I live in Berlin")["job"]["id"]
+    with client.application.app_context():
+        runtime().extraction.run_due()
+    _age_jobs(client, 10_000)
+    maintenance_round(client.application)
+    assert job(client, auth, done)["status"] == "done"

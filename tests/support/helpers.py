@@ -111,7 +111,7 @@ def maintenance_round(app: t.Any) -> None:
 
     with app.app_context():
         rt = runtime()
-        Maintenance(rt.backend, rt.search_cache, 60).once()
+        Maintenance(rt.backend, rt.search_cache, 60, rt.settings["JOB_RETENTION_DAYS"]).once()
 
 
 class CountingEmbedder(Embedder):
