@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 import typing as t
 
 import pytest
 import requests
 
+from tests.support import fake_llm
 from tests.support.servers import Server
 from tests.support.servers import start_server
 
@@ -21,11 +23,24 @@ CHROMIUM = os.environ.get("MEMSVC_CHROMIUM", "/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> t.Iterator[Server]:
+def model() -> t.Iterator[fake_llm.FakeModel]:
+    """The language model the server's extraction asks: a real HTTP server answering as
+    OpenAI does (tests/support/fake_llm.py)."""
+    with fake_llm.FakeModel() as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, model: fake_llm.FakeModel
+) -> t.Iterator[Server]:
     s = start_server(
         tmp_path_factory.mktemp("console"),
         MEMSVC_RATE_LIMIT_PER_MINUTE="100000",
         MEMSVC_CONSOLE_SIGNIN_PER_MINUTE="1000",
+        MEMSVC_LLM_URL=model.url,
+        MEMSVC_LLM_MODEL="test-model",
+        MEMSVC_EXTRACT_BACKOFF_SECONDS="0.01",
     )
     yield s
     s.stop()
@@ -110,6 +125,15 @@ class Api:
 
     def add(self, user: str, content: str, **extra: t.Any) -> dict:
         return self.call("memory.add", {"userId": user, "content": content, **extra})
+
+    def settled(self, job_id: str, deadline: float = 60) -> dict:
+        """The extraction job once the server's workers have run it (done or failed)."""
+        end = time.monotonic() + deadline
+        while True:
+            job = self.call("memory.job", {"id": job_id}, mutation=False)
+            if job["status"] in ("done", "failed") or time.monotonic() > end:
+                return t.cast(dict, job)
+            time.sleep(0.05)
 
 
 def sign_in(page: t.Any, server: Server, secret: str, *, token: bool = False) -> None:

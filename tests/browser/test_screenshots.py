@@ -13,10 +13,11 @@ import os
 from tests.browser.conftest import Api
 from tests.browser.conftest import new_page
 from tests.browser.conftest import sign_in
+from tests.support import fake_llm
 from tests.support.servers import REPO
 
 PAGES = ["sign-in", "users", "user", "memory", "search", "keys", "service", "phone", "session",
-         "message", "search-context"]  # fmt: skip
+         "message", "search-context", "jobs", "fact"]  # fmt: skip
 
 MEMORIES = {
     "alice": [
@@ -47,7 +48,14 @@ CHAT = [
 ]  # fmt: skip
 
 
-def test_screenshots_of_every_page(browser, watch, server, tmp_path):
+def _extract(api: Api, session: str, text: str, at: str) -> dict:
+    """Alice's message, its facts drawn by the server's extraction; the job once it ended."""
+    messages = [{"role": "user", "name": "Alice", "content": text, "at": at}]
+    body = {"userId": "alice", "sessionId": session, "messages": messages, "extract": True}
+    return api.settled(api.call("memory.ingest", body)["job"]["id"])
+
+
+def test_screenshots_of_every_page(browser, watch, server, model, tmp_path):
     out = (
         REPO / os.environ["CONSOLE_SCREENSHOTS"]
         if os.environ.get("CONSOLE_SCREENSHOTS")
@@ -73,6 +81,11 @@ def test_screenshots_of_every_page(browser, watch, server, tmp_path):
     api.call("memory.update", {"id": first["id"], "content": first["content"].replace(
         "in September", "on 27 September, aiming for 3h45")})  # fmt: skip
     api.call("memory.update", {"id": first["id"], "metadata": {"topic": "sport", "goal": "3:45"}})
+    _extract(api, "moving-1", "I live in Lisbon, near the river.", "2026-03-01T09:00:00+00:00")
+    model.script(fake_llm.status(429, retry_after=0))  # one busy answer: a retry, then done
+    moved = _extract(api, "moving-2", "I live in Porto since April.", "2026-04-20T09:00:00+00:00")
+    model.script(fake_llm.status(401))  # a wrong key: failed at once
+    _extract(api, "moving-3", "I train with the Porto runners club.", "2026-05-02T09:00:00+00:00")
     page = new_page(browser, watch, viewport={"width": 1100, "height": 720})
     try:
         page.goto(server.url + "/console/sign-in")
@@ -97,6 +110,10 @@ def test_screenshots_of_every_page(browser, watch, server, tmp_path):
             "&mode=hybrid&limit=2&threshold=0.3&kinds=message&context=1"
         )
         page.screenshot(path=out / "search-context.png", full_page=True)
+        page.goto(server.url + "/console/jobs")
+        page.screenshot(path=out / "jobs.png", full_page=True)
+        page.goto(server.url + f"/console/memory?id={moved['facts']['added'][0]}")
+        page.screenshot(path=out / "fact.png", full_page=True)
         page.goto(server.url + "/console/service")
         page.screenshot(path=out / "service.png", full_page=True)
         sign_in(page, server, server.token("acme"), token=True)
