@@ -56,8 +56,10 @@ def strict_json(text: str) -> t.Any:
     return _DECODER.decode(text)
 
 
-# One decoder for every input: json.loads with options builds a new one per call.
+# One decoder for every input, one encoder for every size: json.loads and
+# json.dumps with options build a new one per call.
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def text(value: t.Any, max_chars: int, *, printable: bool = False) -> str:
@@ -120,7 +122,7 @@ def metadata(value: t.Any, max_depth: int, max_bytes: int) -> dict[str, t.Any]:
     if not isinstance(value, dict):
         raise Invalid("must be a JSON object")
     _check_tree(value, max_depth)
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    size = len(_COMPACT.encode(value).encode())
     if size > max_bytes:
         raise Invalid(f"must be at most {max_bytes} bytes as JSON (it is {size})")
     return value
