@@ -477,3 +477,34 @@ def test_an_all_zero_vector_is_refused_naming_its_line(make_app, memsvc_cli, tmp
     result = memsvc_cli("import", write(tmp_path / "zero.jsonl", *lines))
     refused(result, "line 3: vectors[1] is all zeros: such a memory could never be found")
     assert counts(app) == (0, 0)
+
+
+def _b64(vector: np.ndarray) -> str:
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+
+
+@pytest.mark.parametrize("windows", [1, 3])
+def test_vectors_of_huge_or_tiny_numbers_are_imported_and_nan_is_refused(
+    make_app, memsvc_cli, tmp_path, windows
+):
+    """Import tells a valid vector by its sum of squares, which would overflow (3e38 squared)
+    or underflow (1e-45 squared) in float32: such vectors are taken all the same."""
+    app = make_app()
+    one, huge, tiny = np.full(384, 0.05), np.full(384, 3e38), np.zeros(384)
+    tiny[5] = 1e-45
+    others = [_b64(one)] * (windows - 1)
+    lines = [
+        header("acme"),
+        memory(vectors=[_b64(huge), *others]),
+        memory(vectors=[*others, _b64(tiny)]),
+    ]
+    result = memsvc_cli("import", write(tmp_path / "extreme.jsonl", *lines))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert counts(app) == (2, 0)
+    nan = one.copy()
+    nan[7] = np.nan
+    result = memsvc_cli(
+        "import", write(tmp_path / "nan.jsonl", header(), memory(vectors=[*others, _b64(nan)]))
+    )
+    refused(result, "line 2: vectors must be finite numbers")
+    assert counts(app) == (2, 0)
