@@ -29,15 +29,27 @@ class Postings:
 
 
 def of(memories: t.Iterable[tuple[int, int, str]]) -> Postings:
-    """The index rows of ``(user_key, seq, content)`` memories."""
-    rows: list[tuple[int, int, int, int, int]] = []
+    """The index rows of ``(user_key, seq, content)`` memories, in the index's order.
+
+    Sorted a user at a time: an import's batch holds thousands of users with
+    a few memories each, and sorting each user's few dozen rows costs a
+    third of sorting them all together.
+    """
+    by_user: dict[int, list[tuple[int, int, int, int, int]]] = {}
     totals: dict[int, int] = {}
     for user_key, seq, content in memories:
         counted, length = terms.counts(content)
+        rows = by_user.get(user_key)
+        if rows is None:
+            rows = by_user[user_key] = []
         rows.extend((user_key, term, seq, tf, length) for term, tf in counted.items())
         totals[user_key] = totals.get(user_key, 0) + length
-    rows.sort()
-    return Postings(rows, totals)
+    ordered: list[tuple[int, int, int, int, int]] = []
+    for user_key in sorted(by_user):
+        rows = by_user[user_key]
+        rows.sort()
+        ordered.extend(rows)
+    return Postings(ordered, totals)
 
 
 def keys_of(user_key: int, seq: int, content: str) -> tuple[list[tuple[int, int, int]], int]:
