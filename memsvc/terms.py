@@ -66,6 +66,8 @@ STOPWORDS = frozenset(
     s t d ll m re ve""".split()  # and what is left of contractions: what's, don't, we'll
 )
 
+#: PyStemmer's C build where it is installed (a dependency of memsvc), the
+#: pure-Python one otherwise: the same stems, 15-20 times faster.
 _stemmer = snowballstemmer.stemmer("english")
 
 

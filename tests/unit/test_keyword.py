@@ -9,7 +9,9 @@ control word occurs read back how many such memories exist.
 
 from __future__ import annotations
 
+import pathlib
 import random
+import re
 
 import numpy as np
 import pytest
@@ -119,6 +121,24 @@ def test_words_are_stemmed_folded_and_cut_into_pairs_where_scripts_have_no_space
     # Common words are no terms: they match nearly everything.
     assert terms.query_terms("what is the order") == terms.query_terms("order")
     assert terms.query_terms("what is it") == []
+
+
+def test_words_are_stemmed_by_snowballs_c_build_with_the_pure_python_ones_stems():
+    """Import stems every word it has not met: the C build is the one in use, and it stems
+    as the pure-Python build that indexed earlier databases (every word of the docs)."""
+    import Stemmer
+    from snowballstemmer.english_stemmer import EnglishStemmer
+
+    assert isinstance(terms._stemmer, Stemmer.Stemmer)
+    docs = pathlib.Path(__file__).parents[2] / "docs"
+    words = {
+        word.lower()
+        for page in docs.glob("*.md")
+        for word in re.findall("[A-Za-z]{3,}", page.read_text(encoding="utf-8"))
+    }
+    assert len(words) > 2000
+    pure = EnglishStemmer()
+    assert {w: terms._stemmer.stemWord(w) for w in words} == {w: pure.stemWord(w) for w in words}
 
 
 def test_ascii_text_is_cut_into_the_words_the_general_rule_finds():
