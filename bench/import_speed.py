@@ -19,10 +19,16 @@ earlier version. The database is opened as memsvc opens it (WAL,
 Each import goes into a fresh copy of its target, twice: once as memsvc
 does it, and once with the keyword index switched off (the store's
 ``_index`` does nothing), the in-run baseline of the same inserts without
-the index. Printed per target: memories/s of ``import_`` (what the
-requirement counts), of the check and the import together (what the
-command takes), and the ratio of the two imports, which is what the index
-costs: the machine is shared, so compare ratios across runs, not rates.
+the index. A third copy takes the floor of the store path: the same rows
+of ``memories``, ``memory_vectors`` and ``memory_terms``, built beforehand
+(the file read, every text's terms found, no time counted), written with
+the store's own statements by ``executemany`` alone in the same
+transactions of the same size. Printed per target: memories/s of
+``import_`` (what the requirement counts), of the check and the import
+together (what the command takes), the ratio of the two imports, which is
+what the index costs, and the import's rate as a share of the floor's, how
+close the import comes to what SQLite itself takes for its rows: the
+machine is shared, so compare ratios across runs, not rates.
 
     python -m bench.import_speed [--memories 200000] [--base 1000000] [--dir DIR]
                                  [--profile]
@@ -59,10 +65,18 @@ from bench import keyword_scale as ks  # noqa: E402
 from bench.report import recording  # noqa: E402
 from memsvc import clock  # noqa: E402
 from memsvc import settings  # noqa: E402
+from memsvc import terms  # noqa: E402
 from memsvc.embeddings import Embedder  # noqa: E402
+from memsvc.models import dedupe_key  # noqa: E402
 from memsvc.services import transfer  # noqa: E402
+from memsvc.services.import_lines import MemoryLine  # noqa: E402
+from memsvc.services.import_lines import read_line  # noqa: E402
 from memsvc.store import SqliteStore  # noqa: E402
 from memsvc.store import connect  # noqa: E402
+from memsvc.store import postings  # noqa: E402
+from memsvc.store.base import MEMORY_COLUMNS  # noqa: E402
+from memsvc.store.base import MEMORY_WIDTH  # noqa: E402
+from memsvc.store.sql.memory_sql import record_values  # noqa: E402
 
 MMAP_MB = 1024  # memsvc's default MEMSVC_SQLITE_MMAP_MB
 IMPORTED_TENANT = "moved"
@@ -170,6 +184,9 @@ def run_import(
     """Check and import ``file`` into ``target``: seconds of each, memories imported, profile."""
     store = open_store(target, kind)
     limits = transfer.Rules.from_settings(settings.DEFAULTS, None)
+    # Each import meets its words for the first time, as a memsvc import
+    # process does: none stemmed by an earlier one of this run.
+    terms._term.cache_clear()
     with open(file, encoding="utf-8") as f:
         started = time.perf_counter()
         checked = transfer.check(store, transfer.read_lines(f), limits)
@@ -190,6 +207,64 @@ def run_import(
         report = text.getvalue()
     store.conn.close()
     return check_s, import_s, result.imported, report
+
+
+def sql_alone(target: str, file: str, batch: int = transfer.IMPORT_BATCH) -> tuple[float, int]:
+    """The floor: the import's rows of memories, vectors and terms written by executemany
+    alone, ``batch`` a transaction; seconds of the writing, memories written.
+
+    Everything else is done first and not counted: reading and checking
+    the lines, finding each text's terms, building the rows. What this
+    leaves out of the store's work (users' rows, earlier versions, the
+    vector id counter) is a few statements a batch.
+    """
+    limits = transfer.Rules.from_settings(settings.DEFAULTS, None)
+    with open(file, encoding="utf-8") as f:
+        records = [
+            r
+            for number, line in enumerate(f, start=1)
+            if number > 1 and isinstance(r := read_line(line, number, ks.DIMS, limits), MemoryLine)
+        ]
+    conn = connect(target, mmap_mb=MMAP_MB)
+    store = SqliteStore(conn)
+    store.migrate(Fixed.model_id, ks.DIMS)
+    (seq,) = conn.execute("SELECT coalesce(max(seq), 0) FROM memories").fetchone()
+    (vid,) = conn.execute("SELECT coalesce(max(first_vid + windows), 1) FROM memories").fetchone()
+    (user_key,) = conn.execute("SELECT coalesce(max(user_key), 0) FROM memory_users").fetchone()
+    keys: dict[tuple[str, str], int] = {}
+    batches = []
+    for start in range(0, len(records), batch):
+        memories, vectors, indexed = [], [], []
+        for r in records[start : start + batch]:
+            m, seq = r.memory, seq + 1
+            memories.append((seq, *record_values(m), vid, 1, dedupe_key(m.content, m.metadata)))
+            assert r.vectors is not None and len(r.vectors) == 1
+            vectors.append((vid, m.tenant, m.user_id, r.vectors[0].tobytes()))
+            vid += 1
+            key = keys.setdefault((m.tenant, m.user_id), user_key + len(keys) + 1)
+            indexed.append((key, seq, m.content))
+        vectors.sort(key=lambda row: (row[1], row[2]))  # by user, as the store writes them
+        batches.append((memories, vectors, postings.of(indexed).rows))
+    marks = ", ".join("?" * (MEMORY_WIDTH + 4))
+    started = time.perf_counter()
+    with store.loading():
+        for memories, vectors, rows in batches:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                f"INSERT INTO memories (seq, {MEMORY_COLUMNS}, first_vid, windows, dedupe_key) "
+                f"VALUES ({marks})",
+                memories,
+            )
+            conn.executemany(
+                "INSERT INTO memory_vectors (rowid, tenant, user_id, embedding) "
+                "VALUES (?, ?, ?, ?)",
+                vectors,
+            )
+            conn.executemany(postings.INSERT, rows)
+            conn.execute("COMMIT")
+    took = time.perf_counter() - started
+    conn.close()
+    return took, len(records)
 
 
 def main() -> None:
@@ -240,6 +315,18 @@ def main() -> None:
             print(
                 f"{'':<22}{'ratio':<15}{rates['yes'] / rates['no (baseline)']:>10.2f}"
                 "  (the import with the index as a share of the rate without)"
+            )
+            target = os.path.join(tmp, "target.sqlite3")
+            copy_of(os.devnull if source is None else source, target)
+            ks.progress(f"the same rows into {into} by executemany alone")
+            floor_s, n = sql_alone(target, file)
+            print(
+                f"{'':<22}{'SQL alone':<15}{n / floor_s:>10,.0f}{'':>16}{floor_s:>10.1f}"
+                "  (the same rows, executemany only)"
+            )
+            print(
+                f"{'':<22}{'ratio':<15}{rates['yes'] / (n / floor_s):>10.2f}"
+                "  (the import with the index as a share of SQL alone)"
             )
         built_text = f"built in {built:.0f} s" if built is not None else "built by an earlier run"
         print(
