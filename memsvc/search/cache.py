@@ -321,26 +321,39 @@ def release_free_memory() -> None:
         trim(0)
 
 
-#: glibc's mallopt parameter for the size from which a block is a memory map of its own.
+#: glibc's mallopt parameters: the free space at a heap's top from which it is given back,
+#: and the size from which a block is a memory map of its own.
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+#: Both thresholds: above a search's working arrays, below a large user's.
+HEAP_UP_TO = 1 << 20
 
 
 @functools.cache
 def _map_large_blocks() -> None:
-    """Blocks of 128 KiB or more (a user's arrays, a search's scores) each a map of its own,
-    given back the moment they are freed.
+    """Blocks of 1 MiB or more (a large user's arrays) each a map of its own, given back the
+    moment they are freed; a heap's free top given back past 1 MiB.
 
-    glibc raises that threshold as large blocks are freed, up to 32 MiB; past
-    it, such blocks come from the thread's arena and stay with it when freed,
-    where ``malloc_trim`` gives back only whole free pages: a worker that
-    loaded a 100,000-memory user at 384 dimensions and searched it from
-    four threads held 7 MB more than the user's snapshot counts (13 MB, 9%
-    of the matrix, against 8 MB with the threshold fixed). Fixing it costs a
-    map and its page faults per large block: tens of microseconds on a
-    search that scans such a user.
+    glibc raises both thresholds as large blocks are freed (the map's up to
+    32 MiB, the top's to twice that): such blocks then come from the
+    thread's arena, and up to twice the largest stays at its top, which
+    ``malloc_trim`` never gives back. A worker that loaded a 100,000-memory
+    user at 384 dimensions and searched it from four threads held 7 MB more
+    than the user's snapshot counts (13 MB, 9% of the matrix, against 8 MB
+    with the thresholds fixed).
+
+    Fixed lower, at glibc's first 128 KiB, a search's working arrays (its
+    candidates' vectors in float64: 240 KB for 20 at 1536 dimensions) were
+    maps of their own, or left a top that was given back: every search
+    mapped them again and faulted their pages in, 60 a block, and a small
+    user's warm search took 1.3-2x as long. At 1 MiB the next search reuses
+    them; a worker holds 7% of that 384-dimension matrix for the user,
+    either way (bench.shared_cache).
     """
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, HEAP_UP_TO)
+        libc.mallopt(_M_TRIM_THRESHOLD, HEAP_UP_TO)
 
 
 @functools.cache
