@@ -37,7 +37,7 @@ model's), in a database of its own.
    and the very first search of the user (per worker: reading it from the
    database; shared: that, and writing the file).
 
-    python -m bench.shared_cache [--memories 100000] [--queries 200] [--dims 1536,384]
+    python -m bench.shared_cache [--memories 100000] [--queries 200] [--dir DIR]
 """
 
 from __future__ import annotations
