@@ -435,6 +435,7 @@ def import_(
             try:
                 record = read_line(line, number, header["dimensions"], limits)
             except ValueError as e:
+                flush()  # so that what the error says holds: the lines before it are in
                 raise InvalidImport(
                     f"line {number}: {e}; the file changed since it was checked: the memories "
                     "before this line were imported"

@@ -170,6 +170,30 @@ def test_import_resumes_after_an_interruption(make_app, memsvc_cli, cli_context,
     assert auth
 
 
+def test_a_line_broken_after_the_check_stops_the_import_with_the_lines_before_it_in(
+    make_app, memsvc_cli, cli_context, tmp_path
+):
+    fill(make_app())
+    path = tmp_path / "all.jsonl"
+    memsvc_cli("export", str(path))
+    lines = path.read_text().splitlines(keepends=True)
+    target = make_app(DATABASE=str(tmp_path / "new.sqlite3"))
+    with target.app_context():
+        rules = transfer.Rules.from_settings(target.config, None)
+        checked = transfer.check(store(), lines, rules)
+        # The file as the import reads it: its 9th memory line broken since the check.
+        changed = list(lines)
+        broken = json.loads(changed[11])
+        broken["createdAt"] = "last tuesday"
+        changed[11] = json.dumps(broken) + "\n"
+        embedder = target.extensions["memsvc"].embedder
+        with pytest.raises(transfer.InvalidImport) as e:
+            transfer.import_(store(), embedder, changed, checked, rules, batch_size=1000)
+        assert "line 12:" in str(e.value) and "before this line were imported" in str(e.value)
+        # Two key lines and a header before it: the 8 memories before it are in, as it says.
+        assert store().conn.execute("SELECT count(*) FROM memories").fetchone() == (8,)
+
+
 def test_a_malformed_line_is_named_and_nothing_is_imported(
     make_app, memsvc_cli, cli_context, tmp_path
 ):
