@@ -163,11 +163,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument(
+        "--long-texts-at-once",
+        type=int,
+        help="MEMSVC_LONG_TEXTS_AT_ONCE (default: the server's, half the cores); "
+        "2 on a 2-core box is one per worker, as before the machine's lane",
+    )
     args = parser.parse_args()
     print(
         f"tenant B: one search at a time, 50 memories, {len(QUESTIONS)} questions, query cache "
         f"off; tenant A: {KEYS} keys, a thread each, 65,536-character add and search, default "
         f"limits, honouring Retry-After; {args.seconds:g} s a row; gunicorn 2 workers x 8 threads"
+        + (
+            f"; MEMSVC_LONG_TEXTS_AT_ONCE={args.long_texts_at_once}"
+            if args.long_texts_at_once
+            else ""
+        )
     )
     print(f"{'cores busy':>84}")
     print(
@@ -180,6 +191,8 @@ def main() -> None:
         with contextlib.ExitStack() as stack:
             directory = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory()))
             settings = {"MEMSVC_QUERY_CACHE_ENTRIES": "0"}
+            if args.long_texts_at_once:
+                settings["MEMSVC_LONG_TEXTS_AT_ONCE"] = str(args.long_texts_at_once)
             if store == "postgres":
                 url = postgres.fresh_database("bench_noisy_tenant")
                 stack.callback(postgres.drop_database, url)
