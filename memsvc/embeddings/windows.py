@@ -21,10 +21,10 @@ import bisect
 import contextlib
 import contextvars
 import os
+import queue
 import re
 import threading
 import typing as t
-from concurrent import futures
 
 import numpy as np
 
@@ -74,25 +74,54 @@ class _LongTexts:
     A nice value is the kernel's, per thread, and cannot be raised back
     without privileges: the work goes to a thread that keeps it, not to the
     request's thread (which serves every kind of call). The request's
-    thread waits for the answer without holding the GIL.
+    thread waits for the answer without holding the GIL. A daemon thread of
+    its own, not an executor's: an executor refuses work once the
+    interpreter begins to exit, and gunicorn's workers finish their calls
+    after that.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = -1
-        self._pool: futures.ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[_Work[t.Any]] = queue.SimpleQueue()
 
     def run(self, work: t.Callable[[], _T]) -> _T:
         with self._lock:
-            if self._pid != os.getpid():  # made in this process: a parent's thread is not here
-                self._pool = futures.ThreadPoolExecutor(
-                    1, thread_name_prefix="memsvc-long-texts", initializer=_lower_priority
-                )
+            if self._pid != os.getpid():  # started in this process: a parent's is not here
+                self._queue = queue.SimpleQueue()
+                threading.Thread(
+                    target=_serve, args=(self._queue,), name="memsvc-long-texts", daemon=True
+                ).start()
                 self._pid = os.getpid()
-            pool = self._pool
-        assert pool is not None
         # In the request's context (its trace, its metrics' labels).
-        return pool.submit(contextvars.copy_context().run, _in_lane, work).result()
+        item = _Work(contextvars.copy_context(), work)
+        self._queue.put(item)
+        item.done.wait()
+        if item.error is not None:
+            raise item.error
+        return t.cast(_T, item.result)
+
+
+class _Work(t.Generic[_T]):
+    __slots__ = ("context", "work", "done", "result", "error")
+
+    def __init__(self, context: contextvars.Context, work: t.Callable[[], _T]):
+        self.context, self.work = context, work
+        self.done = threading.Event()
+        self.result: _T | None = None
+        self.error: BaseException | None = None
+
+
+def _serve(work_queue: queue.SimpleQueue[_Work[t.Any]]) -> None:
+    _lower_priority()
+    while True:
+        item = work_queue.get()
+        try:
+            item.result = item.context.run(_in_lane, item.work)
+        except BaseException as e:  # handed to the waiting call, which raises it
+            item.error = e
+        finally:
+            item.done.set()
 
 
 def _in_lane(work: t.Callable[[], _T]) -> _T:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from memsvc.embeddings import InputTooLong
+from memsvc.embeddings import windows as windows_module
 from memsvc.embeddings.windows import LONG_WINDOWS
 from memsvc.embeddings.windows import char_windows
-from memsvc.embeddings import windows as windows_module
 from memsvc.embeddings.windows import document_vectors
 from memsvc.embeddings.windows import needed
 from memsvc.embeddings.windows import query_vector
