@@ -14,6 +14,8 @@ import typing as t
 from .embeddings import Embedder
 from .embeddings import make_embedder
 from .embeddings.cache import CachedEmbedder
+from .embeddings.lane import long_text_lane
+from .embeddings.windows import use_lane
 from .extracting import Extraction
 from .housekeeping import Maintenance
 from .limits import KeyLimiter
@@ -35,6 +37,8 @@ class Runtime:
         # Cheap to make: a local model's weights load on its first use, in
         # the worker process, never in gunicorn's master before the fork.
         self.embedder: Embedder = make_embedder(settings, instance_path)
+        if settings["EMBEDDER"] == "local":
+            use_lane(long_text_lane(settings))
         self._query_cache: CachedEmbedder | None = None
         self.default_limits = Limits(
             settings["RATE_LIMIT_PER_MINUTE"], settings["CONCURRENCY_LIMIT"]

@@ -144,24 +144,28 @@ def limited(call: Call) -> t.Any:
     # writes (read-only, full) cannot count. Reads go on, uncounted;
     # writes fail on their own with the storage's 503.
     with _unless_storage_fails("limits not counted"):
-        try:
-            token = rt.limiter.acquire(key.id, limits)
-        except Refused as e:
-            raise _too_many(e.message, e) from None
+        # The tenant's slot first: it records nothing but the slot, which is
+        # given back if the key refuses. The key's acquire records the call
+        # in its minute, which nothing takes back: a call refused for its
+        # tenant after it would have used up one of its key's calls.
         tenant_token = None
         if per_tenant:
             try:
                 tenant_token = rt.limiter.acquire(tenant_slot(caller.tenant), Limits(0, per_tenant))
-            except BaseException as e:
-                with contextlib.suppress(Exception):  # it expires if this fails too
-                    rt.limiter.release(key.id, token)
-                if not isinstance(e, Refused):
-                    raise
+            except Refused as e:
                 raise _too_many(
                     f"Too many concurrent requests: at most {per_tenant} at once per tenant, "
                     "all its API keys together",
                     e,
                 ) from None
+        try:
+            token = rt.limiter.acquire(key.id, limits)
+        except BaseException as e:
+            with contextlib.suppress(Exception):  # it expires if this fails too
+                rt.limiter.release(tenant_slot(caller.tenant), tenant_token)
+            if not isinstance(e, Refused):
+                raise
+            raise _too_many(e.message, e) from None
         held = (token, tenant_token)
         call.caller = Caller(caller.tenant, key, limits)
     return held

@@ -140,7 +140,10 @@ class LocalEmbedder(Embedder):
         size = min(self.window_tokens, limit)
         if len(text) <= size:
             return [text]  # a token is at least one character
-        encoding = self.encoder.tokenizer.encode(text, add_special_tokens=False)
+        # encode_batch lets other threads run while it tokenizes (encode holds
+        # the GIL throughout: half a second for 65,536 characters of Chinese,
+        # in which no other call of the worker moved).
+        [encoding] = self.encoder.tokenizer.encode_batch([text], add_special_tokens=False)
         if len(encoding.ids) <= size:
             return [text]
         parts = windows(text, encoding.offsets, size)

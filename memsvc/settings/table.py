@@ -233,7 +233,8 @@ SETTINGS: tuple[Setting, ...] = (
        f"a whole number from 0 (no limit) to {MAX_PER_MINUTE}",
        "Calls to the `keys` router per tenant in any rolling 60 s (0: no limit).", "Limits"),
     _S("LIMITS_DIR", None, _optional(_text), "a directory path",
-       "Where the limiter keeps its shared state: a private folder (0700) of this user, "
+       "Where the limiter keeps its shared state (and, when set, the lane of long texts its "
+       "lock files: `MEMSVC_LONG_TEXTS_AT_ONCE`): a private folder (0700) of this user, "
        "refused otherwise.", "Limits",
        shown_default="/dev/shm/memsvc-limits-<uid>-<database id>"),
     _S("MAX_CONTENT_LENGTH", 1024 * 1024, positive_int, "a positive number of bytes",
@@ -262,6 +263,15 @@ SETTINGS: tuple[Setting, ...] = (
        "embedding windows its text needs, rounded up: a memory of up to about 1,400 "
        "characters of English is one call, one of 65,536 characters about 46 (0: every call "
        "counts as one).", "Limits"),
+    _S("LONG_TEXTS_AT_ONCE", None, _optional(positive_int), "a positive whole number",
+       "Texts of more than 16 embedding windows (about 1,400 characters of English) the local "
+       "model embeds at once (and texts of more than 8,192 characters it cuts into windows at "
+       "once) on this machine, all workers and servers of this user together "
+       "(their lock files are in `/dev/shm/memsvc-lanes-<uid>`, or in `MEMSVC_LIMITS_DIR` "
+       "when it is set); further long texts wait their turn, while shorter texts and queries "
+       "never wait for it. Long texts then keep at most this many cores busy, whoever sends "
+       "them, and leave the rest to every other call.", "Limits",
+       shown_default="half the cores, at least 1"),
     _S("MAX_INGEST_MESSAGES", 1000, positive_int, "a positive whole number",
        "Most messages one `memory.ingest` call may carry (a longer conversation goes in "
        "several calls with the same `sessionId`); their embedding windows together are "

@@ -1,6 +1,8 @@
 """Request limits through HTTP: the 429 envelope, batches, per-key overrides."""
 
 from memsvc.api.context import store
+from memsvc.api.middleware import tenant_slot
+from memsvc.limits import Limits
 from tests.support.helpers import assert_error
 from tests.support.helpers import assert_error_item
 from tests.support.helpers import data
@@ -102,3 +104,27 @@ def test_keys_calls_are_not_rate_limited(make_app):
     client = make_app(JWT_SECRET=secret, RATE_LIMIT_PER_MINUTE=1).test_client()
     headers = {"Authorization": f"Bearer {LocalVerifier(secret).mint('t')}"}
     assert all(data(query(client, "keys.list", headers=headers)) == [] for _ in range(5))
+
+
+def test_a_call_refused_for_its_tenants_calls_at_once_uses_up_none_of_its_keys_minute(
+    configured,
+):
+    client, headers = configured(RATE_LIMIT_PER_MINUTE=3, TENANT_CONCURRENCY_LIMIT=1)
+    app = client.application
+    limiter = app.extensions["memsvc"].limiter
+    # Another call of the tenant holds its one slot.
+    held = limiter.acquire(tenant_slot("tenant-A"), Limits(0, 1))
+    try:
+        for _ in range(5):
+            resp = query(client, "memory.getAll", NOBODY, headers=headers)
+            error = assert_error(resp, 429, "TOO_MANY_REQUESTS", "memory.getAll")
+            assert error["message"].startswith("Too many concurrent requests: at most 1 at once")
+    finally:
+        limiter.release(tenant_slot("tenant-A"), held)
+    # The key's minute is whole: three calls, and the fourth refused for the rate.
+    for _ in range(3):
+        assert query(client, "memory.getAll", NOBODY, headers=headers).status_code == 200
+    resp = query(client, "memory.getAll", NOBODY, headers=headers)
+    assert assert_error(resp, 429, "TOO_MANY_REQUESTS", "memory.getAll")["message"] == (
+        "Rate limit exceeded: 3 requests per minute"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 from memsvc.embeddings import InputTooLong
+from memsvc.embeddings import windows as windows_module
 from memsvc.embeddings.windows import LONG_WINDOWS
 from memsvc.embeddings.windows import char_windows
 from memsvc.embeddings.windows import document_vectors
+from memsvc.embeddings.windows import needed
 from memsvc.embeddings.windows import query_vector
 from tests.support.helpers import HashEmbedder
 
@@ -181,3 +184,57 @@ def test_a_worker_embeds_one_long_text_at_a_time_and_short_ones_never_wait():
         for future in waiting:
             assert len(future.result(timeout=10)[0]) == LONG_WINDOWS + 2  # and their mean
     assert embedder.now == 0
+
+
+class CuttingEmbedder(HashEmbedder):
+    """Cuts a text into its words, counting how often it was asked to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cuts = 0
+
+    def windows(self, text: str) -> list[str]:
+        self.cuts += 1
+        words = text.split()
+        return [text] if len(words) == 1 else words
+
+
+def test_a_call_cuts_its_long_text_once_to_count_and_embed_it():
+    embedder = CuttingEmbedder()
+    text = " ".join(f"word{i}" for i in range(40))
+    assert needed(embedder, text) == 40
+    [vectors] = document_vectors(embedder, [text])
+    assert len(vectors) == 41 and embedder.cuts == 1  # the windows and their mean
+    # Once embedded, not kept: the same text in the next call is cut again.
+    assert needed(embedder, text) == 40 and embedder.cuts == 2
+    assert needed(embedder, text, query=True) == 40 and embedder.cuts == 2
+    assert query_vector(embedder, text).shape == (16,) and embedder.cuts == 2
+    # Another embedder's windows are its own.
+    assert needed(CuttingEmbedder(), text) == 40 and embedder.cuts == 2
+
+
+def test_a_text_longer_than_long_chars_is_cut_in_the_thread_for_long_texts():
+    class Watching(CuttingEmbedder):
+        def windows(self, text):
+            self.in_turn = threading.current_thread().name.startswith("memsvc-long-texts")
+            return super().windows(text)
+
+    embedder = Watching()
+    needed(embedder, "short text")
+    assert not embedder.in_turn
+    needed(embedder, "word " * (windows_module.LONG_CHARS // 5 + 1))
+    assert embedder.in_turn
+
+
+def test_long_texts_are_embedded_by_a_thread_of_lower_cpu_priority():
+    class Niceness(CuttingEmbedder):
+        def embed(self, texts):
+            self.niceness = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return super().embed(texts)
+
+    embedder = Niceness()
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    document_vectors(embedder, ["short"])
+    assert embedder.niceness == here
+    document_vectors(embedder, [" ".join(f"w{i}" for i in range(LONG_WINDOWS + 1))])
+    assert embedder.niceness == min(19, here + windows_module.LONG_TEXT_NICENESS)
