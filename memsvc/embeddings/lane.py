@@ -86,6 +86,9 @@ class Lane:
             # Opened in this process (under self._turn): never a parent's descriptors.
             for fd in self._fds:
                 os.close(fd)  # the parent's lock, if it holds one, stays its own
+            # Made again if it went since the lane was set up (a cleaned /dev/shm or
+            # temporary folder), and checked again as the limiter's folders are.
+            private_directory(self.directory)
             self._fds = [
                 os.open(lane_file(self.directory, i), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 for i in range(self.at_once)

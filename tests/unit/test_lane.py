@@ -130,3 +130,12 @@ def test_a_folder_others_can_use_is_refused(tmp_path):
     shared.chmod(0o777)
     with pytest.raises(ConfigError, match="MEMSVC_LIMITS_DIR"):
         long_text_lane({"LIMITS_DIR": str(shared), "LONG_TEXTS_AT_ONCE": 1})
+
+
+def test_a_folder_removed_before_first_use_is_made_again(tmp_path):
+    directory = tmp_path / "lanes"
+    lane = Lane(str(directory), 1)
+    directory.rmdir()  # a cleaned /dev/shm, or an earlier test's temporary folder
+    with lane.turn():
+        assert (directory / "long-texts-0.lock").exists()
+    assert oct(directory.stat().st_mode & 0o777) == oct(0o700)
